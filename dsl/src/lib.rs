@@ -1,0 +1,39 @@
+//! kiln-dsl: the tile IR and everything about it that needs no GPU.
+//!
+//! Where it sits: `#[kiln::kernel]` (kiln-macros) turns a Rust `fn` into calls of this crate's
+//! [`Builder`]; building at a [`Spec`] gives a checked [`Kernel`] (the IR in [`ir`]), which the
+//! CPU [`interp`]reter runs and kiln-codegen lowers to PTX. The interpreter defines what a kernel
+//! means; the GPU agrees with it within rounding.
+//!
+//! - [`types`]: dtypes and value types; [`ir`]: ops, instructions, regions, the IR's rules.
+//! - [`builder`]: one method per DSL construct; all shape/type checks live in its `semantic` module.
+//! - [`printer`]: the text form (`Display for Kernel`); [`passes`]: folding and dead-code removal.
+//! - [`interp`]: runs a kernel over a grid on host buffers with the GPU's rounding.
+
+// The macro's generated code names `::kiln_dsl`, inside this crate too.
+#[allow(unused_extern_crates, reason = "the macro names ::kiln_dsl in this crate's tests too")]
+extern crate self as kiln_dsl;
+
+pub mod builder;
+pub mod error;
+
+pub mod ir;
+pub mod passes;
+pub mod printer;
+pub mod signature;
+pub mod types;
+
+pub use builder::{Builder, ForScope, IfScope};
+pub use error::{Error, Loc, Result};
+
+pub use ir::{BinaryOp, CmpOp, Kernel, ReduceOp, UnaryOp, Value};
+pub use kiln_macros::kernel;
+pub use signature::{ArgDecl, ArgType, DTypeRef, KernelSignature, SpecKind, SpecParam, Spec, SpecValue};
+pub use types::DType;
+
+/// What a kernel author imports: the attribute and the types a kernel's signature names.
+pub mod prelude {
+    pub use crate::kernel;
+    pub use crate::{DType, Spec};
+    pub use crate::types::DType::{BF16, F16, F32, I1, I32, I64};
+}
