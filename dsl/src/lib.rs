@@ -11,11 +11,15 @@
 //! - [`interp`]: runs a kernel over a grid on host buffers with the GPU's rounding.
 
 // The macro's generated code names `::kiln_dsl`, inside this crate too.
-#[allow(unused_extern_crates, reason = "the macro names ::kiln_dsl in this crate's tests too")]
+#[allow(
+    unused_extern_crates,
+    reason = "the macro names ::kiln_dsl in this crate's tests too"
+)]
 extern crate self as kiln_dsl;
 
 pub mod builder;
 pub mod error;
+pub mod interp;
 
 pub mod ir;
 pub mod passes;
@@ -25,15 +29,18 @@ pub mod types;
 
 pub use builder::{Builder, ForScope, IfScope};
 pub use error::{Error, Loc, Result};
+pub use interp::{Grid, HostBuffer, KernelArg, run};
 
 pub use ir::{BinaryOp, CmpOp, Kernel, ReduceOp, UnaryOp, Value};
 pub use kiln_macros::kernel;
-pub use signature::{ArgDecl, ArgType, DTypeRef, KernelSignature, SpecKind, SpecParam, Spec, SpecValue};
+pub use signature::{
+    ArgDecl, ArgType, DTypeRef, KernelSignature, Spec, SpecKind, SpecParam, SpecValue,
+};
 pub use types::DType;
 
-/// What a kernel author imports: the attribute and the types a kernel's signature names.
+/// What a kernel author's host code imports: the attribute, specs and dtypes.
 pub mod prelude {
     pub use crate::kernel;
-    pub use crate::{DType, Spec};
     pub use crate::types::DType::{BF16, F16, F32, I1, I32, I64};
+    pub use crate::{DType, Spec};
 }

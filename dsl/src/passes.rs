@@ -41,7 +41,12 @@ pub(crate) fn fold_cast(c: Constant, to: DType) -> Option<Constant> {
 
 /// Folds a scalar binary op on constants of `dtype`; `None` where folding would hide a fault
 /// (division by zero) or is not an integer/bool op.
-pub(crate) fn fold_binary(op: BinaryOp, a: Constant, b: Constant, dtype: DType) -> Option<Constant> {
+pub(crate) fn fold_binary(
+    op: BinaryOp,
+    a: Constant,
+    b: Constant,
+    dtype: DType,
+) -> Option<Constant> {
     use BinaryOp::*;
     match (a, b) {
         (Constant::Int(x), Constant::Int(y)) => {
@@ -152,7 +157,12 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
             ..
         } => {
             f(*base);
-            shape.iter().chain(strides).chain(offsets).copied().for_each(f);
+            shape
+                .iter()
+                .chain(strides)
+                .chain(offsets)
+                .copied()
+                .for_each(f);
         }
         Op::Advance { ptr, offsets } => {
             f(*ptr);
@@ -183,7 +193,11 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
 fn has_effects(op: &Op) -> bool {
     matches!(
         op,
-        Op::Store { .. } | Op::StoreBlock { .. } | Op::For { .. } | Op::If { .. } | Op::Yield { .. }
+        Op::Store { .. }
+            | Op::StoreBlock { .. }
+            | Op::For { .. }
+            | Op::If { .. }
+            | Op::Yield { .. }
     )
 }
 

@@ -116,10 +116,7 @@ impl Printer<'_> {
                 ptr,
                 value,
                 boundary_check,
-            } => format!(
-                " {}, check {boundary_check:?}",
-                self.list(&[*ptr, *value])
-            ),
+            } => format!(" {}, check {boundary_check:?}", self.list(&[*ptr, *value])),
             Op::Yield { values } if values.is_empty() => String::new(),
             Op::Yield { values } => format!(" {}", self.list(values)),
             Op::For {

@@ -183,6 +183,37 @@ impl Spec {
         }
     }
 
+    /// Sets parameters from `NAME=VALUE` pairs separated by commas (`T=bf16,BLOCK_M=64,CAUSAL=true`),
+    /// reading each value as the kind `signature` declares for it.
+    pub fn with_assignments(
+        mut self,
+        text: &str,
+        signature: &KernelSignature,
+    ) -> Result<Spec, String> {
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("expected NAME=VALUE, got `{pair}`"))?;
+            let (name, value) = (name.trim(), value.trim());
+            let param = signature.param(name).ok_or_else(|| {
+                format!(
+                    "kernel `{}` has no specialisation parameter `{name}`; its parameters are: {}",
+                    signature.name,
+                    signature.param_names()
+                )
+            })?;
+            let parsed = match param.kind {
+                SpecKind::DType => DType::from_name(value).map(SpecValue::DType),
+                SpecKind::Int => value.parse().ok().map(SpecValue::Int),
+                SpecKind::Bool => value.parse().ok().map(SpecValue::Bool),
+            };
+            let parsed =
+                parsed.ok_or_else(|| format!("`{name}` expects {}, got `{value}`", param.kind))?;
+            self = self.set(name, parsed);
+        }
+        Ok(self)
+    }
+
     /// Checks that this spec gives every parameter of `signature` a value of its kind, and nothing else.
     pub fn validate(&self, signature: &KernelSignature) -> Result<(), String> {
         for (name, value) in self.iter() {

@@ -92,7 +92,10 @@ impl fmt::Display for Elem {
 /// The type of an IR value. Shapes are static; a rank-0 tensor is a scalar.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
-    Tensor { elem: Elem, shape: Vec<usize> },
+    Tensor {
+        elem: Elem,
+        shape: Vec<usize>,
+    },
     /// A pointer to a `block_shape` window of a strided N-d array (Triton's block pointer).
     BlockPtr {
         pointee: DType,

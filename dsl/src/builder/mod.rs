@@ -121,11 +121,13 @@ impl Builder {
 
     /// An integer or bool specialisation parameter as a constant value.
     pub fn spec_const(&mut self, name: &str, loc: Loc) -> Result<Value> {
-        match self.spec.get(name) {
-            Some(SpecValue::Int(v)) => Ok(self.int(v, loc)),
-            Some(SpecValue::Bool(v)) => Ok(self.bool(v, loc)),
-            _ => Err(self.spec_error(name, "an integer or bool")),
-        }
+        let value = match self.spec.get(name) {
+            Some(SpecValue::Int(v)) => self.int(v, loc),
+            Some(SpecValue::Bool(v)) => self.bool(v, loc),
+            _ => return Err(self.spec_error(name, "an integer or bool")),
+        };
+        self.name(value, name);
+        Ok(value)
     }
 
     fn spec_error(&self, name: &str, expected: &str) -> Error {
@@ -145,11 +147,7 @@ impl Builder {
 
     /// Ends the build: every region must be closed.
     pub fn finish(mut self) -> Result<Kernel> {
-        assert_eq!(
-            self.open.len(),
-            1,
-            "the macro closes every region it opens"
-        );
+        assert_eq!(self.open.len(), 1, "the macro closes every region it opens");
         let mut body = self.open.pop().expect("the kernel body").region;
         crate::passes::remove_dead_code(&mut body);
         Ok(Kernel {
@@ -200,7 +198,11 @@ impl Builder {
     }
 
     fn current(&mut self) -> &mut Region {
-        &mut self.open.last_mut().expect("the kernel body is open").region
+        &mut self
+            .open
+            .last_mut()
+            .expect("the kernel body is open")
+            .region
     }
 
     /// Refuses a value defined in a region that is no longer open (it escaped a loop or branch).
@@ -466,7 +468,11 @@ impl Builder {
         what: &str,
         loc: Loc,
     ) -> Result<Vec<Value>> {
-        assert_eq!(init.len(), yields.len(), "the macro yields every carried variable");
+        assert_eq!(
+            init.len(),
+            yields.len(),
+            "the macro yields every carried variable"
+        );
         init.iter()
             .zip(yields)
             .zip(names)
@@ -476,10 +482,12 @@ impl Builder {
                 if want == got {
                     return Ok(after);
                 }
-                if self.weak[after.index()] && got.is_scalar() && want.is_scalar() {
-                    if let Some(dtype) = want.dtype() {
-                        return Ok(self.cast(after, dtype, loc)?);
-                    }
+                if self.weak[after.index()]
+                    && got.is_scalar()
+                    && want.is_scalar()
+                    && let Some(dtype) = want.dtype()
+                {
+                    return self.cast(after, dtype, loc);
                 }
                 Err(Error::semantic(
                     loc,

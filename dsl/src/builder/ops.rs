@@ -39,9 +39,7 @@ impl Builder {
         if len <= 0 || !is_pow2(len as usize) {
             return Err(Error::semantic(
                 loc,
-                format!(
-                    "`arange({start}, {end})` must have a power-of-two length, got {len}"
-                ),
+                format!("`arange({start}, {end})` must have a power-of-two length, got {len}"),
             ));
         }
         Ok(self.push1(
@@ -153,7 +151,10 @@ impl Builder {
         if bitwise && dtype.is_float() {
             return Err(Error::semantic(
                 loc,
-                format!("{what} expects bool or integer operands, got {}", self.ty(lhs)),
+                format!(
+                    "{what} expects bool or integer operands, got {}",
+                    self.ty(lhs)
+                ),
             ));
         }
         if !bitwise && dtype == DType::I1 && !matches!(op, BinaryOp::Max | BinaryOp::Min) {
@@ -162,12 +163,11 @@ impl Builder {
                 format!("{what} expects number operands, got bools (i1)"),
             ));
         }
-        if self.ty(lhs).is_scalar() {
-            if let (Some(a), Some(b)) = (self.constant(lhs), self.constant(rhs)) {
-                if let Some(folded) = fold_binary(op, a, b, dtype) {
-                    return Ok(self.fold_result(folded, dtype, &[lhs, rhs], loc));
-                }
-            }
+        if self.ty(lhs).is_scalar()
+            && let (Some(a), Some(b)) = (self.constant(lhs), self.constant(rhs))
+            && let Some(folded) = fold_binary(op, a, b, dtype)
+        {
+            return Ok(self.fold_result(folded, dtype, &[lhs, rhs], loc));
         }
         let ty = self.ty(lhs).clone();
         Ok(self.push1(Op::Binary { op, lhs, rhs }, ty, loc))
@@ -185,12 +185,11 @@ impl Builder {
     pub fn compare(&mut self, op: CmpOp, lhs: Value, rhs: Value, loc: Loc) -> Result<Value> {
         let what = format!("`{}`", Op::Compare { op, lhs, rhs }.name());
         let (lhs, rhs, _) = self.unify(lhs, rhs, &what, loc)?;
-        if self.ty(lhs).is_scalar() {
-            if let (Some(a), Some(b)) = (self.constant(lhs), self.constant(rhs)) {
-                if let Some(folded) = fold_compare(op, a, b) {
-                    return Ok(self.fold_result(folded, DType::I1, &[lhs, rhs], loc));
-                }
-            }
+        if self.ty(lhs).is_scalar()
+            && let (Some(a), Some(b)) = (self.constant(lhs), self.constant(rhs))
+            && let Some(folded) = fold_compare(op, a, b)
+        {
+            return Ok(self.fold_result(folded, DType::I1, &[lhs, rhs], loc));
         }
         let shape = self.ty(lhs).shape().to_vec();
         Ok(self.push1(
@@ -201,11 +200,20 @@ impl Builder {
     }
 
     /// `where_(cond, a, b)`: `a` where `cond` holds, else `b` (Triton's `where`), broadcasting all three.
-    pub fn select(&mut self, cond: Value, if_true: Value, if_false: Value, loc: Loc) -> Result<Value> {
+    pub fn select(
+        &mut self,
+        cond: Value,
+        if_true: Value,
+        if_false: Value,
+        loc: Loc,
+    ) -> Result<Value> {
         if self.number_dtype(cond, "`where_`", loc)? != DType::I1 {
             return Err(Error::semantic(
                 loc,
-                format!("`where_` expects a bool (i1) condition, got {}", self.ty(cond)),
+                format!(
+                    "`where_` expects a bool (i1) condition, got {}",
+                    self.ty(cond)
+                ),
             ));
         }
         let shape = self.common_shape(&[cond, if_true, if_false], "`where_`", loc)?;
@@ -226,11 +234,6 @@ impl Builder {
             ty,
             loc,
         ))
-    }
-
-    /// `x.to::<T>()`, `cast(x, T)`: conversion to dtype `T`.
-    pub fn to(&mut self, value: Value, dtype: DType, loc: Loc) -> Result<Value> {
-        self.cast(value, dtype, loc)
     }
 
     /// `expand_dims(x, axis)`, `x.expand_dims(axis)`: inserts a size-1 dimension; Triton's
@@ -292,7 +295,10 @@ impl Builder {
     fn tensor_elem(&self, value: Value, what: &str, loc: Loc) -> Result<Elem> {
         self.check_visible(value, loc)?;
         self.ty(value).elem().ok_or_else(|| {
-            Error::semantic(loc, format!("{what} expects a tile, got {}", self.ty(value)))
+            Error::semantic(
+                loc,
+                format!("{what} expects a tile, got {}", self.ty(value)),
+            )
         })
     }
 
@@ -351,9 +357,7 @@ impl Builder {
         if da != db || !da.is_float() {
             return Err(Error::semantic(
                 loc,
-                format!(
-                    "`dot` expects two f16, two bf16 or two f32 operands, got {da} and {db}"
-                ),
+                format!("`dot` expects two f16, two bf16 or two f32 operands, got {da} and {db}"),
             ));
         }
         let (m, k, n) = (sa[0], sa[1], sb[1]);
@@ -411,11 +415,7 @@ impl Builder {
         let shape = self.common_shape(&[ptr, offset], "pointer arithmetic", loc)?;
         let ptr = self.broadcast_value(ptr, &shape, loc)?;
         let offset = self.broadcast_value(offset, &shape, loc)?;
-        Ok(self.push1(
-            Op::AddPtr { ptr, offset },
-            Type::ptr(pointee, shape),
-            loc,
-        ))
+        Ok(self.push1(Op::AddPtr { ptr, offset }, Type::ptr(pointee, shape), loc))
     }
 
     fn pointee(&self, ptr: Value, what: &str, loc: Loc) -> Result<DType> {
@@ -446,7 +446,13 @@ impl Builder {
     /// `load(ptrs)`, `load(ptrs, mask)`, `load(ptrs, mask, other)`: reads through a tile of
     /// pointers; lanes where `mask` is false read `other` (zero without it) and touch no memory.
     /// `load(block_ptr)` reads a block without bounds checks (see [`Builder::load_block`]).
-    pub fn load(&mut self, ptr: Value, mask: Option<Value>, other: Option<Value>, loc: Loc) -> Result<Value> {
+    pub fn load(
+        &mut self,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+        loc: Loc,
+    ) -> Result<Value> {
         self.check_visible(ptr, loc)?;
         if matches!(self.ty(ptr), Type::BlockPtr { .. }) && mask.is_none() && other.is_none() {
             return self.load_block(ptr, &[], loc);
@@ -460,7 +466,10 @@ impl Builder {
         let other = match other {
             Some(o) => {
                 if mask.is_none() {
-                    return Err(Error::semantic(loc, "`load` takes `other` only with a mask"));
+                    return Err(Error::semantic(
+                        loc,
+                        "`load` takes `other` only with a mask",
+                    ));
                 }
                 let o = self.cast(o, pointee, loc)?;
                 Some(self.broadcast_value(o, &shape, loc)?)
@@ -511,7 +520,10 @@ impl Builder {
         if !self.ty(base).is_scalar() {
             return Err(Error::semantic(
                 loc,
-                format!("`make_block_ptr` expects a scalar base pointer, got {}", self.ty(base)),
+                format!(
+                    "`make_block_ptr` expects a scalar base pointer, got {}",
+                    self.ty(base)
+                ),
             ));
         }
         let block_shape = self.const_dims(block_shape, "a block shape", loc)?;
@@ -538,7 +550,9 @@ impl Builder {
         if sorted != (0..rank).collect::<Vec<_>>() {
             return Err(Error::semantic(
                 loc,
-                format!("`make_block_ptr` expects `order` to be a permutation of 0..{rank}, got {order:?}"),
+                format!(
+                    "`make_block_ptr` expects `order` to be a permutation of 0..{rank}, got {order:?}"
+                ),
             ));
         }
         self.check_tile_shape(&block_shape, "block", loc)?;
@@ -635,22 +649,26 @@ impl Builder {
 
     /// `store(block_ptr, value, [axes..])`: writes a block, converting `value` to the pointee dtype;
     /// along the listed axes, elements outside the array's shape are not written.
-    pub fn store_block(&mut self, ptr: Value, value: Value, boundary_check: &[Value], loc: Loc) -> Result<()> {
+    pub fn store_block(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        boundary_check: &[Value],
+        loc: Loc,
+    ) -> Result<()> {
         let (pointee, block_shape) = self.block_ptr(ptr, "`store`", loc)?;
         let boundary_check = self.boundary_axes(boundary_check, block_shape.len(), loc)?;
         self.number_dtype(value, "`store`", loc)?;
         let value = self.cast(value, pointee, loc)?;
-        if self.ty(value).shape() != block_shape {
-            if !self.ty(value).is_scalar() {
-                return Err(Error::semantic(
-                    loc,
-                    format!(
-                        "`store` to a block of {} got a value of {}",
-                        ShapeDisplay(&block_shape),
-                        self.ty(value)
-                    ),
-                ));
-            }
+        if self.ty(value).shape() != block_shape && !self.ty(value).is_scalar() {
+            return Err(Error::semantic(
+                loc,
+                format!(
+                    "`store` to a block of {} got a value of {}",
+                    ShapeDisplay(&block_shape),
+                    self.ty(value)
+                ),
+            ));
         }
         let value = self.broadcast_value(value, &block_shape, loc)?;
         self.push(
@@ -704,13 +722,13 @@ impl Builder {
             ds,
             self.is_weak(step),
         );
-        if let Some(Constant::Int(s)) = self.constant(step) {
-            if s <= 0 {
-                return Err(Error::semantic(
-                    loc,
-                    format!("a `for` step must be positive, got {s}"),
-                ));
-            }
+        if let Some(Constant::Int(s)) = self.constant(step)
+            && s <= 0
+        {
+            return Err(Error::semantic(
+                loc,
+                format!("a `for` step must be positive, got {s}"),
+            ));
         }
         Ok((
             self.cast(lower, dtype, loc)?,

@@ -76,7 +76,10 @@ impl Builder {
         self.ty(value).dtype().ok_or_else(|| {
             Error::semantic(
                 loc,
-                format!("{what} expects a number tile or scalar, got {}", self.ty(value)),
+                format!(
+                    "{what} expects a number tile or scalar, got {}",
+                    self.ty(value)
+                ),
             )
         })
     }
@@ -85,35 +88,43 @@ impl Builder {
         self.weak[value.index()]
     }
 
-    /// Converts `value` to `dtype` (no instruction when it already is; constants fold).
+    /// `x.to::<T>()`, `cast(x, T)`, `x as T`: conversion to dtype `T` (float rounding to nearest
+    /// even, float to int truncating); no instruction when `x` already is a `T`; constants fold.
     pub fn cast(&mut self, value: Value, dtype: DType, loc: Loc) -> Result<Value> {
         let from = self.number_dtype(value, "a cast", loc)?;
         if from == dtype {
             return Ok(value);
         }
         let shape = self.ty(value).shape().to_vec();
-        if shape.is_empty() {
-            if let Some(constant) = self.constant(value) {
-                if let Some(folded) = crate::passes::fold_cast(constant, dtype) {
-                    let weak = self.is_weak(value);
-                    let v = self.constant_value(folded, dtype, weak, loc);
-                    return Ok(v);
-                }
-            }
+        if shape.is_empty()
+            && let Some(constant) = self.constant(value)
+            && let Some(folded) = crate::passes::fold_cast(constant, dtype)
+        {
+            let weak = self.is_weak(value);
+            let v = self.constant_value(folded, dtype, weak, loc);
+            return Ok(v);
         }
         Ok(self.push1(Op::Cast { value }, Type::tile(dtype, shape), loc))
     }
 
     /// Gives `value` the shape `shape` by splatting a scalar or broadcasting size-1 dims (after
     /// adding leading dims), or explains why it cannot.
-    pub(crate) fn broadcast_value(&mut self, value: Value, shape: &[usize], loc: Loc) -> Result<Value> {
+    pub(crate) fn broadcast_value(
+        &mut self,
+        value: Value,
+        shape: &[usize],
+        loc: Loc,
+    ) -> Result<Value> {
         let ty = self.ty(value).clone();
         let from = ty.shape().to_vec();
         if from == shape {
             return Ok(value);
         }
         let elem = ty.elem().ok_or_else(|| {
-            Error::semantic(loc, format!("cannot broadcast a {ty} to {}", ShapeDisplay(shape)))
+            Error::semantic(
+                loc,
+                format!("cannot broadcast a {ty} to {}", ShapeDisplay(shape)),
+            )
         })?;
         let result = Type::Tensor {
             elem,
@@ -152,7 +163,13 @@ impl Builder {
     }
 
     /// Brings two number operands to one dtype and one shape, for elementwise ops.
-    pub(crate) fn unify(&mut self, a: Value, b: Value, what: &str, loc: Loc) -> Result<(Value, Value, DType)> {
+    pub(crate) fn unify(
+        &mut self,
+        a: Value,
+        b: Value,
+        what: &str,
+        loc: Loc,
+    ) -> Result<(Value, Value, DType)> {
         let da = self.number_dtype(a, what, loc)?;
         let db = self.number_dtype(b, what, loc)?;
         let dtype = promote(da, self.is_weak(a), db, self.is_weak(b));
@@ -164,7 +181,12 @@ impl Builder {
         Ok((a, b, dtype))
     }
 
-    pub(crate) fn common_shape(&self, values: &[Value], what: &str, loc: Loc) -> Result<Vec<usize>> {
+    pub(crate) fn common_shape(
+        &self,
+        values: &[Value],
+        what: &str,
+        loc: Loc,
+    ) -> Result<Vec<usize>> {
         let mut shape: Vec<usize> = Vec::new();
         for &v in values {
             let s = self.ty(v).shape();

@@ -1,0 +1,354 @@
+//! The interpreter's semantics, one property a test: GPU rounding, IEEE infinities, f32 `dot`
+//! accumulation, block-pointer padding, control flow, and faults that name their op and line.
+
+use kiln_dsl::prelude::*;
+use kiln_dsl::{Error, Grid, HostBuffer, KernelArg, run};
+
+/// The 1-based line of this file that contains `text`.
+fn line_of(text: &str) -> u32 {
+    let line = include_str!("interp.rs")
+        .lines()
+        .position(|l| l.contains(text));
+    line.expect("the text is in this file") as u32 + 1
+}
+
+fn one_program() -> Grid {
+    Grid::new(1, 1, 1)
+}
+
+#[kernel]
+fn copy<T, const BLOCK: usize, const MASKED: bool>(x: Ptr<T>, out: Ptr<T>, n: i32) {
+    let offs = program_id(0) * BLOCK + arange(0, BLOCK);
+    if MASKED {
+        store(out + offs, load(x + offs, offs < n), offs < n);
+    } else {
+        store(out + offs, load(x + offs));
+    }
+}
+
+fn copy_spec(dtype: DType, block: i64, masked: bool) -> Spec {
+    Spec::new()
+        .dtype("T", dtype)
+        .int("BLOCK", block)
+        .flag("MASKED", masked)
+}
+
+#[test]
+fn an_unmasked_out_of_bounds_load_names_the_op_and_its_line() {
+    let kernel = copy::build(&copy_spec(F32, 16, false)).unwrap();
+    let x = HostBuffer::zeros(F32, 10);
+    let out = HostBuffer::zeros(F32, 16);
+    let args = [
+        KernelArg::Buffer(&x),
+        KernelArg::Buffer(&out),
+        KernelArg::I32(10),
+    ];
+    let err = run(&kernel, one_program(), &args).unwrap_err();
+    let Error::Runtime { op, loc, .. } = &err else {
+        panic!("expected a runtime fault, got {err}")
+    };
+    assert_eq!(*op, "load");
+    assert_eq!(
+        loc.line,
+        line_of("store(out + offs, load(x + offs));"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("unmasked access to element 10 of `x`, which has 10 elements"),
+        "{err}"
+    );
+}
+
+#[test]
+fn masked_lanes_touch_no_memory() {
+    let kernel = copy::build(&copy_spec(F16, 16, true)).unwrap();
+    let x = HostBuffer::from_f32(F16, &[1.5; 10]);
+    let out = HostBuffer::poisoned(F16, 10);
+    let args = [
+        KernelArg::Buffer(&x),
+        KernelArg::Buffer(&out),
+        KernelArg::I32(10),
+    ];
+    run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+    assert_eq!(out.to_f32(), vec![1.5; 10]);
+}
+
+#[kernel]
+fn arithmetic<T>(x: Ptr<f32>, out: Ptr<T>, wide: Ptr<f32>, ints: Ptr<i32>) {
+    let i = arange(0, 4);
+    let v = load(x + i);
+    // The product rounds to T before the division, and the result rounds to T again at the store.
+    store(out + i, (v.to::<T>() * 3.0) / 7.0);
+    store(wide + i, exp2(v * 0.0 - v.abs() * f32::INFINITY));
+    let big = full([4], 2147483647, i32);
+    store(ints + i, big + i);
+}
+
+#[test]
+fn arithmetic_rounds_like_the_gpu() {
+    for dtype in [F16, BF16] {
+        let kernel = arithmetic::build(&Spec::new().dtype("T", dtype)).unwrap();
+        let xs = [0.1f32, 1.0 / 3.0, 1000.1, -2.7];
+        let x = HostBuffer::from_f32(F32, &xs);
+        let out = HostBuffer::poisoned(dtype, 4);
+        let wide = HostBuffer::poisoned(F32, 4);
+        let ints = HostBuffer::poisoned(I32, 4);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::Buffer(&wide),
+            KernelArg::Buffer(&ints),
+        ];
+        run(&kernel, one_program(), &args).unwrap();
+        let round = |v: f32| HostBuffer::from_f32(dtype, &[v]).read_float(0);
+        let expected: Vec<f32> = xs
+            .iter()
+            .map(|&v| round(round(round(v) * 3.0) / 7.0))
+            .collect();
+        assert_eq!(out.to_f32(), expected, "{dtype}");
+        // exp2(0 * x - |x| * inf) = exp2(-inf) = 0 for nonzero x: IEEE infinities, no NaN.
+        assert_eq!(wide.to_f32(), vec![0.0; 4]);
+        // i32 wraps as on the GPU.
+        assert_eq!(
+            ints.to_i64(),
+            vec![2147483647, -2147483648, -2147483647, -2147483646]
+        );
+    }
+}
+
+#[kernel]
+fn sum_of_products<const K: usize>(a: Ptr<f16>, b: Ptr<f16>, out: Ptr<f32>) {
+    let rows = arange(0, 16);
+    let ks = arange(0, K);
+    let a_tile = load(a + rows.expand_dims(1) * K + ks.expand_dims(0));
+    let b_tile = load(b + ks.expand_dims(1) * 16 + rows.expand_dims(0));
+    store(
+        out + rows.expand_dims(1) * 16 + rows.expand_dims(0),
+        dot(a_tile, b_tile),
+    );
+}
+
+#[test]
+fn dot_accumulates_in_f32() {
+    // 4096 products of 1 * 1: an f16 accumulator would stall at 2048.
+    let k = 4096;
+    let kernel = sum_of_products::build(&Spec::new().int("K", k)).unwrap();
+    let a = HostBuffer::from_f32(F16, &vec![1.0; 16 * k as usize]);
+    let b = HostBuffer::from_f32(F16, &vec![1.0; 16 * k as usize]);
+    let out = HostBuffer::poisoned(F32, 256);
+    run(
+        &kernel,
+        one_program(),
+        &[
+            KernelArg::Buffer(&a),
+            KernelArg::Buffer(&b),
+            KernelArg::Buffer(&out),
+        ],
+    )
+    .unwrap();
+    assert_eq!(out.to_f32(), vec![4096.0; 256]);
+}
+
+#[kernel]
+fn block_copy(x: Ptr<f32>, out: Ptr<f32>, rows: i32, cols: i32) {
+    let src = make_block_ptr(x, [rows, cols], [cols, 1], [0, 0], [4, 8], [1, 0]);
+    let tile = load(src, [0, 1]);
+    let dst = make_block_ptr(out, [4, 8], [8, 1], [0, 0], [4, 8], [1, 0]);
+    store(dst, tile + 1.0, [0, 1]);
+    // Only the in-bounds part of a moved window is written.
+    let moved = advance(
+        make_block_ptr(out, [4, 8], [8, 1], [0, 0], [4, 8], [1, 0]),
+        [3, 6],
+    );
+    store(moved, zeros([4, 8], f32), [0, 1]);
+}
+
+#[test]
+fn block_pointers_pad_with_zero_and_skip_out_of_bounds_stores() {
+    let kernel = block_copy::build(&Spec::new()).unwrap();
+    let x = HostBuffer::from_f32(F32, &(0..6).map(|v| v as f32).collect::<Vec<_>>());
+    let out = HostBuffer::poisoned(F32, 32);
+    let args = [
+        KernelArg::Buffer(&x),
+        KernelArg::Buffer(&out),
+        KernelArg::I32(2),
+        KernelArg::I32(3),
+    ];
+    run(&kernel, one_program(), &args).unwrap();
+    let got = out.to_f32();
+    for r in 0..4 {
+        for c in 0..8 {
+            let expected = if r == 3 && c >= 6 {
+                0.0
+            } else if r < 2 && c < 3 {
+                (r * 3 + c) as f32 + 1.0
+            } else {
+                1.0
+            };
+            assert_eq!(got[r * 8 + c], expected, "row {r} col {c}");
+        }
+    }
+}
+
+#[kernel]
+fn running_max(x: Ptr<f32>, out: Ptr<f32>, n: i32) {
+    let mut best = full([16], f32::NEG_INFINITY, f32);
+    let mut count = 0;
+    for start in (0..n).step_by(16) {
+        let offs = start + arange(0, 16);
+        let v = load(x + offs, offs < n, f32::NEG_INFINITY);
+        best = maximum(best, v);
+        if start + 16 > n {
+            count = count + 100;
+        } else {
+            count = count + 1;
+        }
+    }
+    store(out + arange(0, 16), best);
+    store(out + 16, max(best, 0) + count.to::<f32>() * 0.0);
+    store(out + 17, count.to::<f32>());
+}
+
+#[test]
+fn loops_carry_tiles_and_branches_merge_values() {
+    let kernel = running_max::build(&Spec::new()).unwrap();
+    let n = 37;
+    let xs: Vec<f32> = (0..n).map(|i| ((i * 7) % 23) as f32).collect();
+    let x = HostBuffer::from_f32(F32, &xs);
+    let out = HostBuffer::poisoned(F32, 18);
+    run(
+        &kernel,
+        one_program(),
+        &[
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::I32(n),
+        ],
+    )
+    .unwrap();
+    let got = out.to_f32();
+    for (lane, &value) in got[..16].iter().enumerate() {
+        let expected = xs[lane..]
+            .iter()
+            .step_by(16)
+            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        assert_eq!(value, expected, "lane {lane}");
+    }
+    assert_eq!(got[16], 22.0);
+    // Two whole blocks and one partial: 1 + 1 + 100.
+    assert_eq!(got[17], 102.0);
+}
+
+#[kernel]
+fn fill_ids(out: Ptr<i32>) {
+    let id = program_id(0) + num_programs(0) * program_id(1);
+    store(out + id, id * 10 + program_id(2));
+}
+
+#[test]
+fn every_program_of_the_grid_runs() {
+    let kernel = fill_ids::build(&Spec::new()).unwrap();
+    let out = HostBuffer::poisoned(I32, 12);
+    run(&kernel, Grid::new(4, 3, 1), &[KernelArg::Buffer(&out)]).unwrap();
+    assert_eq!(out.to_i64(), (0..12).map(|i| i * 10).collect::<Vec<_>>());
+}
+
+#[kernel]
+fn divide(out: Ptr<i32>, d: i32) {
+    store(out, 7 / d);
+}
+
+#[test]
+fn integer_division_by_zero_is_a_fault_not_a_panic() {
+    let kernel = divide::build(&Spec::new()).unwrap();
+    let out = HostBuffer::zeros(I32, 1);
+    let err = run(
+        &kernel,
+        one_program(),
+        &[KernelArg::Buffer(&out), KernelArg::I32(0)],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("`div` failed in program (0, 0, 0): integer division by zero"),
+        "{err}"
+    );
+    run(
+        &kernel,
+        one_program(),
+        &[KernelArg::Buffer(&out), KernelArg::I32(2)],
+    )
+    .unwrap();
+    assert_eq!(out.to_i64(), [3]);
+}
+
+#[test]
+fn launches_with_the_wrong_arguments_are_refused() {
+    let kernel = divide::build(&Spec::new()).unwrap();
+    let floats = HostBuffer::zeros(F32, 1);
+    let err = run(
+        &kernel,
+        one_program(),
+        &[KernelArg::Buffer(&floats), KernelArg::I32(1)],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot launch `divide`: argument `out` is ptr<i32>, got a buffer of f32"
+    );
+    let err = run(&kernel, one_program(), &[KernelArg::I32(1)]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot launch `divide`: it takes 2 arguments, got 1"
+    );
+}
+
+#[kernel]
+fn bad_dot<const K: usize>(a: Ptr<f16>) {
+    let x = load(a + arange(0, 64).expand_dims(1) + arange(0, 128).expand_dims(0));
+    let y = load(a + arange(0, K).expand_dims(1) + arange(0, 64).expand_dims(0));
+    let z = dot(x, y);
+}
+
+#[test]
+fn semantic_errors_say_expected_versus_found_at_the_dsl_line() {
+    let err = bad_dot::build(&Spec::new().int("K", 64)).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("`dot` expects [M, K] x [K, N] but got [64, 128] x [64, 64]"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "dsl/tests/interp.rs:{}:",
+            line_of("let z = dot(x, y)")
+        )),
+        "{text}"
+    );
+    bad_dot::build(&Spec::new().int("K", 128)).unwrap();
+
+    let err = copy::build(&copy_spec(F16, 48, true))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`arange(0, 48)` must have a power-of-two length, got 48"),
+        "{err}"
+    );
+    let err = copy::build(&Spec::new().dtype("T", F16).int("BLOCK", 16))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "cannot specialise `copy`: kernel `copy` needs a value for specialisation parameter `MASKED` (a bool)"
+    );
+    let err = copy::build(&copy_spec(F16, 16, true).int("BLOCKS", 2))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "has no specialisation parameter `BLOCKS`; its parameters are: T, BLOCK, MASKED"
+        ),
+        "{err}"
+    );
+}

@@ -1,0 +1,557 @@
+//! `#[kiln_dsl::kernel]` end to end: kernels written in the DSL, built at a spec, compared with
+//! their expected IR text; their signatures; the locations semantic errors report; and how
+//! loops and branches carry variables.
+
+use std::fmt::Write;
+
+use kiln_dsl::prelude::*;
+use kiln_dsl::{ArgDecl, ArgType, DTypeRef, Error, SpecKind, SpecParam};
+
+/// Compares IR texts, printing a line-by-line diff when they differ.
+#[track_caller]
+fn check(actual: &str, expected: &str) {
+    let actual_lines: Vec<&str> = actual.trim().lines().collect();
+    let expected_lines: Vec<&str> = expected.trim().lines().collect();
+    if actual_lines == expected_lines {
+        return;
+    }
+    let mut diff = String::new();
+    for index in 0..actual_lines.len().max(expected_lines.len()) {
+        match (expected_lines.get(index), actual_lines.get(index)) {
+            (Some(expected), Some(actual)) if expected == actual => {
+                let _ = writeln!(diff, "  {expected}");
+            }
+            (expected, actual) => {
+                if let Some(expected) = expected {
+                    let _ = writeln!(diff, "- {expected}");
+                }
+                if let Some(actual) = actual {
+                    let _ = writeln!(diff, "+ {actual}");
+                }
+            }
+        }
+    }
+    panic!("the IR differs from the expected text (- expected, + actual):\n{diff}");
+}
+
+/// The `file:line:col` of the first occurrence of `needle` in this file, as `Loc` prints it.
+fn location_of(needle: &str) -> String {
+    let source = include_str!("macro_expansion.rs");
+    let (line_index, line) = source
+        .lines()
+        .enumerate()
+        .find(|(_, line)| line.contains(needle))
+        .unwrap_or_else(|| panic!("`{needle}` is not in this file"));
+    let column = line.find(needle).expect("found above") + 1;
+    format!("dsl/tests/macro_expansion.rs:{}:{column}", line_index + 1)
+}
+
+#[track_caller]
+fn semantic_error(result: kiln_dsl::Result<kiln_dsl::Kernel>) -> Error {
+    match result {
+        Ok(kernel) => panic!("expected a semantic error, built:\n{kernel}"),
+        Err(error @ Error::Semantic { .. }) => error,
+        Err(other) => panic!("expected a semantic error, got: {other}"),
+    }
+}
+
+/// Vector addition, as in the macro's docs.
+#[kiln_dsl::kernel]
+pub fn add<T, const BLOCK: usize>(x: Ptr<T>, y: Ptr<T>, out: Ptr<T>, n: i32) {
+    let pid = program_id(0);
+    let offs = pid * BLOCK + arange(0, BLOCK);
+    let mask = offs < n;
+    let a = load(x + offs, mask, 0.0);
+    let b = load(y + offs, mask);
+    store(out + offs, a + b, mask);
+}
+
+#[test]
+fn add_builds_the_expected_ir() {
+    let kernel = add::build(&Spec::new().dtype("T", F16).int("BLOCK", 64)).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @add<BLOCK = 64, T = f16>(%x.0: ptr<f16>, %y.1: ptr<f16>, %out.2: ptr<f16>, %n.3: i32) {
+  %BLOCK.4 = const 64 : i32
+  %pid.6 = program_id 0 : i32
+  %7 = mul %pid.6, %BLOCK.4 : i32
+  %9 = arange 0, 64 : i32[64]
+  %10 = splat %7 : i32[64]
+  %offs.11 = add %10, %9 : i32[64]
+  %12 = splat %n.3 : i32[64]
+  %mask.13 = cmp_lt %offs.11, %12 : i1[64]
+  %14 = splat %x.0 : ptr<f16>[64]
+  %15 = add_ptr %14, %offs.11 : ptr<f16>[64]
+  %17 = const 0.0 : f16
+  %18 = splat %17 : f16[64]
+  %a.19 = load %15, mask %mask.13, other %18 : f16[64]
+  %20 = splat %y.1 : ptr<f16>[64]
+  %21 = add_ptr %20, %offs.11 : ptr<f16>[64]
+  %b.22 = load %21, mask %mask.13 : f16[64]
+  %23 = splat %out.2 : ptr<f16>[64]
+  %24 = add_ptr %23, %offs.11 : ptr<f16>[64]
+  %25 = add %a.19, %b.22 : f16[64]
+  store %24, %25, mask %mask.13
+}
+",
+    );
+}
+
+#[test]
+fn signature_records_params_and_args_as_written() {
+    assert_eq!(add::SIGNATURE.name, "add");
+    assert_eq!(add::SIGNATURE.file, "dsl/tests/macro_expansion.rs");
+    assert_eq!(
+        add::SIGNATURE.params,
+        [
+            SpecParam {
+                name: "T",
+                kind: SpecKind::DType
+            },
+            SpecParam {
+                name: "BLOCK",
+                kind: SpecKind::Int
+            },
+        ]
+    );
+    let ptr_t = ArgType::Ptr(DTypeRef::Param("T"));
+    assert_eq!(
+        add::SIGNATURE.args,
+        [
+            ArgDecl {
+                name: "x",
+                ty: ptr_t
+            },
+            ArgDecl {
+                name: "y",
+                ty: ptr_t
+            },
+            ArgDecl {
+                name: "out",
+                ty: ptr_t
+            },
+            ArgDecl {
+                name: "n",
+                ty: ArgType::Scalar(DTypeRef::Fixed(I32))
+            },
+        ]
+    );
+    assert_eq!(
+        mixed_signature::SIGNATURE.params,
+        [
+            SpecParam {
+                name: "S",
+                kind: SpecKind::DType
+            },
+            SpecParam {
+                name: "A",
+                kind: SpecKind::Int
+            },
+            SpecParam {
+                name: "B",
+                kind: SpecKind::Int
+            },
+            SpecParam {
+                name: "C",
+                kind: SpecKind::Int
+            },
+            SpecParam {
+                name: "FLAG",
+                kind: SpecKind::Bool
+            },
+        ]
+    );
+    assert_eq!(
+        mixed_signature::SIGNATURE.args,
+        [
+            ArgDecl {
+                name: "bits",
+                ty: ArgType::Ptr(DTypeRef::Fixed(I1))
+            },
+            ArgDecl {
+                name: "halves",
+                ty: ArgType::Ptr(DTypeRef::Fixed(BF16))
+            },
+            ArgDecl {
+                name: "wide",
+                ty: ArgType::Scalar(DTypeRef::Fixed(I64))
+            },
+            ArgDecl {
+                name: "factor",
+                ty: ArgType::Scalar(DTypeRef::Fixed(F32))
+            },
+            ArgDecl {
+                name: "generic",
+                ty: ArgType::Scalar(DTypeRef::Param("S"))
+            },
+        ]
+    );
+}
+
+/// Every kind of parameter and argument; bounds on type parameters are ignored.
+#[kiln_dsl::kernel]
+fn mixed_signature<S: Copy, const A: usize, const B: u32, const C: i64, const FLAG: bool>(
+    bits: Ptr<bool>,
+    halves: Ptr<bf16>,
+    wide: i64,
+    factor: f32,
+    generic: S,
+) {
+    store(halves, factor + generic.to::<f32>());
+}
+
+/// A row sum: `acc` is carried through the loop, `for` with `step_by`.
+#[kiln_dsl::kernel]
+fn row_sum<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>, n: i32) {
+    let offs = arange(0, BLOCK);
+    let mut acc = zeros([BLOCK], f32);
+    for start in (0..n).step_by(BLOCK) {
+        let mask = start + offs < n;
+        acc += load(x + start + offs, mask, 0.0);
+    }
+    store(out, acc.sum(0));
+}
+
+#[test]
+fn a_loop_carries_the_variables_its_body_assigns() {
+    let kernel = row_sum::build(&Spec::new().int("BLOCK", 32)).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @row_sum<BLOCK = 32>(%x.0: ptr<f32>, %out.1: ptr<f32>, %n.2: i32) {
+  %BLOCK.3 = const 32 : i32
+  %offs.5 = arange 0, 32 : i32[32]
+  %6 = const 0.0 : f32
+  %acc.7 = splat %6 : f32[32]
+  %8 = const 0 : i32
+  %acc.22 = for %start.9 = %8 to %n.2 step %BLOCK.3 carry (%acc.10 = %acc.7) : f32[32] {
+    %11 = splat %start.9 : i32[32]
+    %12 = add %11, %offs.5 : i32[32]
+    %13 = splat %n.2 : i32[32]
+    %mask.14 = cmp_lt %12, %13 : i1[32]
+    %15 = add_ptr %x.0, %start.9 : ptr<f32>
+    %16 = splat %15 : ptr<f32>[32]
+    %17 = add_ptr %16, %offs.5 : ptr<f32>[32]
+    %18 = const 0.0 : f32
+    %19 = splat %18 : f32[32]
+    %20 = load %17, mask %mask.14, other %19 : f32[32]
+    %acc.21 = add %acc.10, %20 : f32[32]
+    yield %acc.21
+  }
+  %24 = reduce_sum %acc.22, axis 0 : f32
+  store %out.1, %24
+}
+",
+    );
+}
+
+/// The inner loop carries `row`; the outer carries `total` but not `row`, declared inside it.
+#[kiln_dsl::kernel]
+fn nested_loops(x: Ptr<f32>, out: Ptr<f32>, rows: i32, cols: i32) {
+    let mut total = 0.0;
+    for i in 0..rows {
+        let mut row = 0.0;
+        for j in 0..cols {
+            row = row + load(x + i * cols + j);
+        }
+        total = total + row;
+        store(out + i, row);
+    }
+    store(out + rows, total);
+}
+
+#[test]
+fn nested_loops_carry_what_each_assigns_from_outside() {
+    let kernel = nested_loops::build(&Spec::new()).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @nested_loops<>(%x.0: ptr<f32>, %out.1: ptr<f32>, %rows.2: i32, %cols.3: i32) {
+  %total.4 = const 0.0 : f32
+  %5 = const 0 : i32
+  %6 = const 1 : i32
+  %total.22 = for %i.7 = %5 to %rows.2 step %6 carry (%total.8 = %total.4) : f32 {
+    %row.9 = const 0.0 : f32
+    %10 = const 0 : i32
+    %11 = const 1 : i32
+    %row.19 = for %j.12 = %10 to %cols.3 step %11 carry (%row.13 = %row.9) : f32 {
+      %14 = mul %i.7, %cols.3 : i32
+      %15 = add_ptr %x.0, %14 : ptr<f32>
+      %16 = add_ptr %15, %j.12 : ptr<f32>
+      %17 = load %16 : f32
+      %row.18 = add %row.13, %17 : f32
+      yield %row.18
+    }
+    %total.20 = add %total.8, %row.19 : f32
+    %21 = add_ptr %out.1, %i.7 : ptr<f32>
+    store %21, %row.19
+    yield %total.20
+  }
+  %23 = add_ptr %out.1, %rows.2 : ptr<f32>
+  store %23, %total.22
+}
+",
+    );
+}
+
+/// A runtime `if` / `else if` / `else`: each `if` carries what any of its branches assigns.
+#[kiln_dsl::kernel]
+fn branches(x: Ptr<f32>, n: i32, limit: f32) {
+    let offs = arange(0, 16);
+    let mut y = load(x + offs);
+    let mut scale = 1.0;
+    if n > 16 {
+        y = minimum(y, limit);
+    } else if n > 8 {
+        scale = 2.0;
+    } else {
+        y = -y;
+    }
+    store(x + offs, y * scale);
+}
+
+#[test]
+fn if_else_carries_the_variables_its_branches_assign() {
+    let kernel = branches::build(&Spec::new()).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @branches<>(%x.0: ptr<f32>, %n.1: i32, %limit.2: f32) {
+  %offs.5 = arange 0, 16 : i32[16]
+  %6 = splat %x.0 : ptr<f32>[16]
+  %7 = add_ptr %6, %offs.5 : ptr<f32>[16]
+  %y.8 = load %7 : f32[16]
+  %scale.9 = const 1.0 : f32
+  %10 = const 16 : i32
+  %11 = cmp_gt %n.1, %10 : i1
+  %y.20, %scale.21 = if %11 : f32[16], f32 {
+    %12 = splat %limit.2 : f32[16]
+    %y.13 = min %y.8, %12 : f32[16]
+    yield %y.13, %scale.9
+  } else {
+    %14 = const 8 : i32
+    %15 = cmp_gt %n.1, %14 : i1
+    %scale.18, %y.19 = if %15 : f32, f32[16] {
+      %scale.16 = const 2.0 : f32
+      yield %scale.16, %y.8
+    } else {
+      %y.17 = neg %y.8 : f32[16]
+      yield %scale.9, %y.17
+    }
+    yield %y.19, %scale.18
+  }
+  %22 = splat %x.0 : ptr<f32>[16]
+  %23 = add_ptr %22, %offs.5 : ptr<f32>[16]
+  %24 = splat %scale.21 : f32[16]
+  %25 = mul %y.20, %24 : f32[16]
+  store %23, %25
+}
+",
+    );
+}
+
+/// `if` on a bool parameter or a folded comparison builds only the branch taken.
+#[kiln_dsl::kernel]
+fn static_branch<const CHECKED: bool, const BLOCK: usize>(x: Ptr<f32>) {
+    let offs = arange(0, BLOCK);
+    let mut y = load(x + offs);
+    if CHECKED {
+        static_assert(BLOCK >= 32, "a checked kernel needs BLOCK >= 32");
+        y = y * 2.0;
+    } else {
+        y = y + 1.0;
+    }
+    if BLOCK > 64 {
+        static_assert(false, "BLOCK > 64 is never built in these tests");
+    }
+    store(x + offs, y);
+}
+
+#[test]
+fn a_static_if_builds_only_the_branch_taken() {
+    let unchecked = static_branch::build(&Spec::new().flag("CHECKED", false).int("BLOCK", 16));
+    check(
+        &unchecked.unwrap().to_string(),
+        r"
+kernel @static_branch<BLOCK = 16, CHECKED = false>(%x.0: ptr<f32>) {
+  %offs.4 = arange 0, 16 : i32[16]
+  %5 = splat %x.0 : ptr<f32>[16]
+  %6 = add_ptr %5, %offs.4 : ptr<f32>[16]
+  %y.7 = load %6 : f32[16]
+  %8 = const 1.0 : f32
+  %9 = splat %8 : f32[16]
+  %y.10 = add %y.7, %9 : f32[16]
+  %13 = splat %x.0 : ptr<f32>[16]
+  %14 = add_ptr %13, %offs.4 : ptr<f32>[16]
+  store %14, %y.10
+}
+",
+    );
+    let checked = static_branch::build(&Spec::new().flag("CHECKED", true).int("BLOCK", 32));
+    check(
+        &checked.unwrap().to_string(),
+        r"
+kernel @static_branch<BLOCK = 32, CHECKED = true>(%x.0: ptr<f32>) {
+  %offs.4 = arange 0, 32 : i32[32]
+  %5 = splat %x.0 : ptr<f32>[32]
+  %6 = add_ptr %5, %offs.4 : ptr<f32>[32]
+  %y.7 = load %6 : f32[32]
+  %10 = const 2.0 : f32
+  %11 = splat %10 : f32[32]
+  %y.12 = mul %y.7, %11 : f32[32]
+  %15 = splat %x.0 : ptr<f32>[32]
+  %16 = add_ptr %15, %offs.4 : ptr<f32>[32]
+  store %16, %y.12
+}
+",
+    );
+    // The branch taken is built, so its static assertion fires.
+    let too_small = static_branch::build(&Spec::new().flag("CHECKED", true).int("BLOCK", 16));
+    let error = semantic_error(too_small);
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "static assertion failed: a checked kernel needs BLOCK >= 32\n  --> {}",
+            location_of("static_assert(BLOCK >= 32")
+        )
+    );
+    let too_large = static_branch::build(&Spec::new().flag("CHECKED", false).int("BLOCK", 128));
+    assert!(
+        semantic_error(too_large)
+            .message()
+            .contains("BLOCK > 64 is never built")
+    );
+}
+
+/// Two semantic errors at spec-dependent places: one in a call, one in a method call.
+#[kiln_dsl::kernel]
+fn misplaced<const BLOCK: usize, const TRANSPOSE: bool>(x: Ptr<f32>) {
+    let offs = arange(0, 16);
+    let tile = load(x + offs) * 2.0 + arange(0, BLOCK).to::<f32>();
+    if TRANSPOSE {
+        store(x + offs, tile.exp2().trans());
+    }
+}
+
+#[test]
+fn semantic_errors_point_at_the_offending_expression() {
+    let not_pow2 = misplaced::build(&Spec::new().int("BLOCK", 12).flag("TRANSPOSE", false));
+    let error = semantic_error(not_pow2);
+    assert!(error.message().contains("power-of-two length"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .ends_with(&location_of("arange(0, BLOCK).to")),
+        "{error}"
+    );
+    // A method call's location is its method's name: `trans` fails, not `exp2` before it.
+    let rank_1 = misplaced::build(&Spec::new().int("BLOCK", 16).flag("TRANSPOSE", true));
+    let error = semantic_error(rank_1);
+    assert!(
+        error.message().contains("`trans` expects a 2-D tile"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().ends_with(&location_of("trans()")),
+        "{error}"
+    );
+}
+
+/// Block pointers, reductions, math, casts and float constants.
+#[kiln_dsl::kernel]
+fn softmax_rows<T, const BLOCK_M: usize, const BLOCK_N: usize>(
+    x: Ptr<T>,
+    out: Ptr<T>,
+    rows: i32,
+    cols: i32,
+    stride: i64,
+) {
+    let row_start = program_id(0) * BLOCK_M;
+    let block = make_block_ptr(
+        x,
+        [rows, cols],
+        [stride, 1],
+        [row_start, 0],
+        [BLOCK_M, BLOCK_N],
+        [1, 0],
+    );
+    let tile = load(block, [0, 1]).to::<f32>();
+    let col = arange(0, BLOCK_N).expand_dims(0);
+    let scores = where_(col < cols, tile * f32::consts::LOG2_E, f32::NEG_INFINITY);
+    let p = exp2(scores - scores.max(1).expand_dims(1));
+    let result = (p / sum(p, 1).expand_dims(1)) as T;
+    store(
+        advance(
+            make_block_ptr(
+                out,
+                [rows, cols],
+                [stride, 1],
+                [0, 0],
+                [BLOCK_M, BLOCK_N],
+                [1, 0],
+            ),
+            [row_start, 0],
+        ),
+        result,
+        [0],
+    );
+}
+
+#[test]
+fn block_pointers_reductions_and_casts() {
+    let spec = Spec::new()
+        .dtype("T", BF16)
+        .int("BLOCK_M", 2)
+        .int("BLOCK_N", 8);
+    let kernel = softmax_rows::build(&spec).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @softmax_rows<BLOCK_M = 2, BLOCK_N = 8, T = bf16>(%x.0: ptr<bf16>, %out.1: ptr<bf16>, %rows.2: i32, %cols.3: i32, %stride.4: i64) {
+  %BLOCK_M.5 = const 2 : i32
+  %8 = program_id 0 : i32
+  %row_start.9 = mul %8, %BLOCK_M.5 : i32
+  %14 = cast %rows.2 : i64
+  %15 = cast %cols.3 : i64
+  %16 = const 1 : i64
+  %17 = cast %row_start.9 : i64
+  %18 = const 0 : i64
+  %block.19 = make_block_ptr %x.0, shape [%14, %15], strides [%stride.4, %16], offsets [%17, %18], order [1, 0] : block_ptr<bf16>[2, 8]
+  %22 = load_block %block.19, check [0, 1] : bf16[2, 8]
+  %tile.23 = cast %22 : f32[2, 8]
+  %25 = arange 0, 8 : i32[8]
+  %col.27 = expand_dims %25, axis 0 : i32[1, 8]
+  %28 = splat %cols.3 : i32[1, 8]
+  %29 = cmp_lt %col.27, %28 : i1[1, 8]
+  %30 = const 1.4426950216293335 : f32
+  %31 = splat %30 : f32[2, 8]
+  %32 = mul %tile.23, %31 : f32[2, 8]
+  %33 = const -inf : f32
+  %34 = splat %33 : f32[2, 8]
+  %35 = broadcast %29 : i1[2, 8]
+  %scores.36 = select %35, %32, %34 : f32[2, 8]
+  %38 = reduce_max %scores.36, axis 1 : f32[2]
+  %40 = expand_dims %38, axis 1 : f32[2, 1]
+  %41 = broadcast %40 : f32[2, 8]
+  %42 = sub %scores.36, %41 : f32[2, 8]
+  %p.43 = exp2 %42 : f32[2, 8]
+  %45 = reduce_sum %p.43, axis 1 : f32[2]
+  %47 = expand_dims %45, axis 1 : f32[2, 1]
+  %48 = broadcast %47 : f32[2, 8]
+  %49 = div %p.43, %48 : f32[2, 8]
+  %result.50 = cast %49 : bf16[2, 8]
+  %56 = cast %rows.2 : i64
+  %57 = cast %cols.3 : i64
+  %58 = const 1 : i64
+  %59 = const 0 : i64
+  %60 = const 0 : i64
+  %61 = make_block_ptr %out.1, shape [%56, %57], strides [%stride.4, %58], offsets [%59, %60], order [1, 0] : block_ptr<bf16>[2, 8]
+  %63 = cast %row_start.9 : i64
+  %64 = const 0 : i64
+  %65 = advance %61, [%63, %64] : block_ptr<bf16>[2, 8]
+  store_block %65, %result.50, check [0]
+}
+",
+    );
+}

@@ -1,0 +1,64 @@
+//! Block sizes of the attention kernels, per head dim: the one table every launch reads.
+//!
+//! | head dim | forward BLOCK_M x BLOCK_N | backward BLOCK_M x BLOCK_N (dQ and dK/dV) |
+//! | --- | --- | --- |
+//! | 32, 64, 128 | 128 x 64 | 64 x 64 |
+//! | 256 | 64 x 32 | 32 x 32 |
+//!
+//! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
+//! program's tiles in registers. The performance issue retunes these per architecture.
+
+/// Head dims the attention kernels are built for; any other is refused.
+pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
+
+/// Block sizes for one head dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSizes {
+    pub fwd_block_m: usize,
+    pub fwd_block_n: usize,
+    pub bwd_block_m: usize,
+    pub bwd_block_n: usize,
+    /// Rows per program of the backward preprocessing kernel.
+    pub preprocess_block_m: usize,
+}
+
+/// The block sizes for `head_dim`, or `None` if kiln has no attention kernel for it.
+pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
+    match head_dim {
+        32 | 64 | 128 => Some(BlockSizes {
+            fwd_block_m: 128,
+            fwd_block_n: 64,
+            bwd_block_m: 64,
+            bwd_block_n: 64,
+            preprocess_block_m: 64,
+        }),
+        256 => Some(BlockSizes {
+            fwd_block_m: 64,
+            fwd_block_n: 32,
+            bwd_block_m: 32,
+            bwd_block_n: 32,
+            preprocess_block_m: 64,
+        }),
+        _ => None,
+    }
+}
+
+/// Every block size the attention kernels use, for tests that step just below and above each.
+pub fn all_block_sizes() -> Vec<usize> {
+    let mut sizes: Vec<usize> = HEAD_DIMS
+        .iter()
+        .filter_map(|&d| block_sizes(d))
+        .flat_map(|b| {
+            [
+                b.fwd_block_m,
+                b.fwd_block_n,
+                b.bwd_block_m,
+                b.bwd_block_n,
+                b.preprocess_block_m,
+            ]
+        })
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+}

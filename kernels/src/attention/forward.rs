@@ -1,0 +1,145 @@
+//! FlashAttention forward, written in the DSL (seed 001's `_fwd_kernel`, grown to kiln's
+//! conventions): one program per (query block, batch x query head).
+//!
+//! Online softmax in base 2 (scores are pre-scaled by `softmax_scale * log2(e)`); keys outside the
+//! sequence or the causal mask are `-inf` before the row max. Only the last key tiles need a mask:
+//! the loop tests a scalar and masks just those. A causal block stops at its last row's diagonal.
+//! The LSE it writes is natural-log; rows that see no key get O = 0 and LSE = -inf.
+
+use kiln_dsl::kernel;
+
+#[kernel]
+pub fn attention_fwd<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+>(
+    q: Ptr<T>,
+    k: Ptr<T>,
+    v: Ptr<T>,
+    o: Ptr<T>,
+    lse: Ptr<f32>,
+    seqlen_q: i32,
+    seqlen_k: i32,
+    heads_q: i32,
+    group: i32,
+    q_batch_stride: i64,
+    q_seq_stride: i64,
+    q_head_stride: i64,
+    k_batch_stride: i64,
+    k_seq_stride: i64,
+    k_head_stride: i64,
+    v_batch_stride: i64,
+    v_seq_stride: i64,
+    v_head_stride: i64,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
+    softmax_scale: f32,
+) {
+    static_assert(
+        HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
+        "attention supports head dims 32, 64, 128 and 256",
+    );
+    let start_m = program_id(0);
+    let batch_head = program_id(1);
+    let batch = batch_head / heads_q;
+    let head = batch_head % heads_q;
+    let head_kv = head / group;
+
+    let q_base = q + batch * q_batch_stride + head * q_head_stride;
+    let k_base = k + batch * k_batch_stride + head_kv * k_head_stride;
+    let v_base = v + batch * v_batch_stride + head_kv * v_head_stride;
+    let o_base = o + batch * o_batch_stride + head * o_head_stride;
+
+    let q_block = make_block_ptr(
+        q_base,
+        [seqlen_q, HEAD_DIM],
+        [q_seq_stride, 1],
+        [start_m * BLOCK_M, 0],
+        [BLOCK_M, HEAD_DIM],
+        [1, 0],
+    );
+    let mut k_block = make_block_ptr(
+        k_base,
+        [seqlen_k, HEAD_DIM],
+        [k_seq_stride, 1],
+        [0, 0],
+        [BLOCK_N, HEAD_DIM],
+        [1, 0],
+    );
+    let mut v_block = make_block_ptr(
+        v_base,
+        [seqlen_k, HEAD_DIM],
+        [v_seq_stride, 1],
+        [0, 0],
+        [BLOCK_N, HEAD_DIM],
+        [1, 0],
+    );
+
+    let q_tile = load(q_block, [0]);
+    let qk_scale = softmax_scale * f32::consts::LOG2_E;
+    let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
+    // Query row i sees key j iff j <= i + shift (the mask is aligned bottom-right).
+    let shift = seqlen_k - seqlen_q;
+
+    // Key tiles before `full_end` need no mask; a causal block ends at its last row's diagonal.
+    let mut end_n = seqlen_k;
+    let mut full_end = seqlen_k / BLOCK_N * BLOCK_N;
+    if CAUSAL {
+        end_n = minimum(seqlen_k, maximum((start_m + 1) * BLOCK_M + shift, 0));
+        full_end = minimum(
+            full_end,
+            maximum(start_m * BLOCK_M + shift + 1, 0) / BLOCK_N * BLOCK_N,
+        );
+    }
+
+    let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
+    let mut l_i = zeros([BLOCK_M], f32);
+    let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
+    for start_n in (0..end_n).step_by(BLOCK_N) {
+        let k_tile = load(k_block, [0]);
+        let v_tile = load(v_block, [0]);
+        let mut qk = dot(q_tile, trans(k_tile)) * qk_scale;
+        if start_n >= full_end {
+            let offs_n = start_n + arange(0, BLOCK_N);
+            let mut visible = offs_n.expand_dims(0) < seqlen_k;
+            if CAUSAL {
+                visible = visible && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift;
+            }
+            qk = where_(visible, qk, f32::NEG_INFINITY);
+        }
+        let m_new = maximum(m_i, qk.max(1));
+        // A row with no visible key so far keeps m = -inf: subtracting 0 instead gives p = 0, not NaN.
+        let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
+        let p = exp2(qk - m_safe.expand_dims(1));
+        let alpha = exp2(m_i - m_safe);
+        l_i = l_i * alpha + p.sum(1);
+        acc = dot(p.to::<T>(), v_tile, acc * alpha.expand_dims(1));
+        m_i = m_new;
+        k_block = advance(k_block, [BLOCK_N, 0]);
+        v_block = advance(v_block, [BLOCK_N, 0]);
+    }
+
+    // A row that saw no key has l = 0 and acc = 0: its output is 0 and its LSE -inf.
+    let seen = l_i > 0.0;
+    let l_safe = where_(seen, l_i, 1.0);
+    let o_block = make_block_ptr(
+        o_base,
+        [seqlen_q, HEAD_DIM],
+        [o_seq_stride, 1],
+        [start_m * BLOCK_M, 0],
+        [BLOCK_M, HEAD_DIM],
+        [1, 0],
+    );
+    store(o_block, acc / l_safe.expand_dims(1), [0]);
+    let lse_row = where_(
+        seen,
+        (m_i + log2(l_safe)) * f32::consts::LN_2,
+        f32::NEG_INFINITY,
+    );
+    let lse_rows = lse + batch_head.to::<i64>() * seqlen_q + offs_m;
+    store(lse_rows, lse_row, offs_m < seqlen_q);
+}

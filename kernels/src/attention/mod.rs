@@ -1,0 +1,274 @@
+//! FlashAttention: the kernels (written in the DSL), their block-size table, the parameters of a
+//! call with their validation, and the launches on the CPU interpreter.
+//!
+//! A call is one [`AttentionParams`] plus [`Tensor`]s in the `[batch, seqlen, heads, head_dim]`
+//! layout with element strides; LSE and the backward's `delta` are `[batch, heads_q, seqlen_q]` f32.
+
+pub mod backward;
+pub mod check;
+pub mod config;
+pub mod cpu;
+pub mod forward;
+
+use std::fmt;
+
+use kiln_dsl::{DType, HostBuffer, Spec};
+
+pub use config::{BlockSizes, HEAD_DIMS, block_sizes};
+
+/// What an attention call computes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub dtype: DType,
+    pub batch: usize,
+    pub seqlen_q: usize,
+    pub seqlen_k: usize,
+    pub heads_q: usize,
+    pub heads_kv: usize,
+    pub head_dim: usize,
+    /// Causal mask aligned to the bottom-right corner: row i sees key j iff `j <= i + seqlen_k - seqlen_q`.
+    pub causal: bool,
+    /// `s = softmax_scale * q . k`.
+    pub softmax_scale: f32,
+}
+
+/// Why a call was refused or failed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttentionError {
+    /// Shapes, strides, dtypes or buffer lengths that do not fit; the message names the field.
+    InvalidArgument(String),
+    /// A valid request kiln has no kernel for (a head dim other than 32, 64, 128 or 256).
+    Unsupported(String),
+    /// A kernel failed to build or to run.
+    Kernel(kiln_dsl::Error),
+}
+
+impl fmt::Display for AttentionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttentionError::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            AttentionError::Unsupported(m) => write!(f, "unsupported: {m}"),
+            AttentionError::Kernel(e) => write!(f, "kernel error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AttentionError {}
+
+impl From<kiln_dsl::Error> for AttentionError {
+    fn from(e: kiln_dsl::Error) -> Self {
+        AttentionError::Kernel(e)
+    }
+}
+
+fn invalid(message: String) -> AttentionError {
+    AttentionError::InvalidArgument(message)
+}
+
+impl AttentionParams {
+    /// Query heads per kv head.
+    pub fn group(&self) -> usize {
+        self.heads_q / self.heads_kv
+    }
+
+    /// The softmax scale FlashAttention uses by default, `1 / sqrt(head_dim)`.
+    pub fn default_scale(head_dim: usize) -> f32 {
+        1.0 / (head_dim as f32).sqrt()
+    }
+
+    /// The block sizes for this call's head dim, after checking every field.
+    pub fn validate(&self) -> Result<BlockSizes, AttentionError> {
+        if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32) {
+            return Err(invalid(format!(
+                "dtype must be f16 or bf16 (or f32 in the interpreter), got {}",
+                self.dtype
+            )));
+        }
+        for (name, value) in [
+            ("batch", self.batch),
+            ("seqlen_q", self.seqlen_q),
+            ("seqlen_k", self.seqlen_k),
+            ("heads_q", self.heads_q),
+            ("heads_kv", self.heads_kv),
+            ("head_dim", self.head_dim),
+        ] {
+            if value == 0 || value > i32::MAX as usize {
+                return Err(invalid(format!(
+                    "{name} must be in 1..=2^31-1, got {value}"
+                )));
+            }
+        }
+        if !self.heads_q.is_multiple_of(self.heads_kv) {
+            return Err(invalid(format!(
+                "heads_q ({}) must be a multiple of heads_kv ({})",
+                self.heads_q, self.heads_kv
+            )));
+        }
+        if !self.softmax_scale.is_finite() {
+            return Err(invalid(format!(
+                "softmax_scale must be finite, got {}",
+                self.softmax_scale
+            )));
+        }
+        let lse_rows = self.batch * self.heads_q * self.seqlen_q;
+        if lse_rows > i32::MAX as usize {
+            return Err(invalid(format!(
+                "batch * heads_q * seqlen_q must stay below 2^31, got {lse_rows}"
+            )));
+        }
+        block_sizes(self.head_dim).ok_or_else(|| {
+            AttentionError::Unsupported(format!(
+                "head_dim {} (kiln has attention kernels for head dims {HEAD_DIMS:?})",
+                self.head_dim
+            ))
+        })
+    }
+
+    fn spec(&self, head_dim_blocks: Option<(usize, usize)>) -> Spec {
+        let spec = Spec::new()
+            .dtype("T", self.dtype)
+            .int("HEAD_DIM", self.head_dim as i64);
+        match head_dim_blocks {
+            Some((m, n)) => spec
+                .int("BLOCK_M", m as i64)
+                .int("BLOCK_N", n as i64)
+                .flag("CAUSAL", self.causal),
+            None => spec,
+        }
+    }
+
+    /// The specialisation of [`forward::attention_fwd`] for this call.
+    pub fn forward_spec(&self, blocks: BlockSizes) -> Spec {
+        self.spec(Some((blocks.fwd_block_m, blocks.fwd_block_n)))
+    }
+
+    /// The specialisation of [`backward::attention_bwd_dq`] and [`backward::attention_bwd_dkdv`].
+    pub fn backward_spec(&self, blocks: BlockSizes) -> Spec {
+        self.spec(Some((blocks.bwd_block_m, blocks.bwd_block_n)))
+    }
+
+    /// The specialisation of [`backward::attention_bwd_preprocess`].
+    pub fn preprocess_spec(&self, blocks: BlockSizes) -> Spec {
+        self.spec(None)
+            .int("BLOCK_M", blocks.preprocess_block_m as i64)
+    }
+
+    /// Elements of the `[batch, heads_q, seqlen_q]` LSE (and delta) arrays.
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads_q * self.seqlen_q
+    }
+}
+
+/// Strides, in elements, of a `[batch, seqlen, heads, head_dim]` tensor whose head_dim is contiguous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub batch_stride: i64,
+    pub seq_stride: i64,
+    pub head_stride: i64,
+}
+
+impl Layout {
+    /// The packed layout of a `[batch, seqlen, heads, head_dim]` tensor.
+    pub fn contiguous(seqlen: usize, heads: usize, head_dim: usize) -> Layout {
+        Layout {
+            batch_stride: (seqlen * heads * head_dim) as i64,
+            seq_stride: (heads * head_dim) as i64,
+            head_stride: head_dim as i64,
+        }
+    }
+
+    /// The number of elements a buffer needs for this layout at the given sizes, or why the
+    /// strides are invalid (negative, or offsets that overflow).
+    pub fn required_len(
+        &self,
+        name: &str,
+        batch: usize,
+        seqlen: usize,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<usize, AttentionError> {
+        let mut last: i64 = head_dim as i64 - 1;
+        for (field, stride, count) in [
+            ("batch_stride", self.batch_stride, batch),
+            ("seq_stride", self.seq_stride, seqlen),
+            ("head_stride", self.head_stride, heads),
+        ] {
+            if stride < 0 {
+                return Err(invalid(format!(
+                    "{name}.{field} must not be negative, got {stride}"
+                )));
+            }
+            last = stride
+                .checked_mul(count as i64 - 1)
+                .and_then(|extent| extent.checked_add(last))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{name}.{field} = {stride} overflows 64-bit offsets"
+                    ))
+                })?;
+        }
+        Ok(last as usize + 1)
+    }
+}
+
+/// A `[batch, seqlen, heads, head_dim]` tensor in a host buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct Tensor<'a> {
+    pub buffer: &'a HostBuffer,
+    pub layout: Layout,
+}
+
+impl<'a> Tensor<'a> {
+    pub fn new(buffer: &'a HostBuffer, layout: Layout) -> Tensor<'a> {
+        Tensor { buffer, layout }
+    }
+
+    /// Checks dtype and that every element the sizes address lies in the buffer.
+    fn check(
+        &self,
+        name: &str,
+        dtype: DType,
+        seqlen: usize,
+        heads: usize,
+        params: &AttentionParams,
+    ) -> Result<(), AttentionError> {
+        if self.buffer.dtype() != dtype {
+            return Err(invalid(format!(
+                "{name} holds {}, expected {dtype}",
+                self.buffer.dtype()
+            )));
+        }
+        let need = self
+            .layout
+            .required_len(name, params.batch, seqlen, heads, params.head_dim)?;
+        if self.buffer.len() < need {
+            return Err(invalid(format!(
+                "{name} has {} elements but its shape and strides address {need}",
+                self.buffer.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Checks an f32 `[batch, heads_q, seqlen_q]` buffer (LSE, delta).
+fn check_rows(
+    name: &str,
+    buffer: &HostBuffer,
+    params: &AttentionParams,
+) -> Result<(), AttentionError> {
+    if buffer.dtype() != DType::F32 {
+        return Err(invalid(format!(
+            "{name} must hold f32, got {}",
+            buffer.dtype()
+        )));
+    }
+    if buffer.len() < params.lse_len() {
+        return Err(invalid(format!(
+            "{name} has {} elements, needs batch * heads_q * seqlen_q = {}",
+            buffer.len(),
+            params.lse_len()
+        )));
+    }
+    Ok(())
+}

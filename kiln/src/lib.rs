@@ -1,0 +1,34 @@
+//! kiln: a Triton-style tile language embedded in Rust, compiled through LLVM to PTX, and the
+//! FlashAttention kernels written in it.
+//!
+//! This facade is what users depend on: `#[kiln::kernel]` writes a kernel, `use kiln::prelude::*`
+//! brings what a kernel's host code names, [`dsl`] is the tile IR and its CPU interpreter, and
+//! [`kernels`] holds the attention kernels and their references.
+//!
+//! ```
+//! use kiln::prelude::*;
+//!
+//! #[kiln::kernel]
+//! fn scale<T, const BLOCK: usize>(x: Ptr<T>, out: Ptr<T>, n: i32, factor: f32) {
+//!     let offs = program_id(0) * BLOCK + arange(0, BLOCK);
+//!     let mask = offs < n;
+//!     store(out + offs, load(x + offs, mask) * factor, mask);
+//! }
+//!
+//! let kernel = scale::build(&Spec::new().dtype("T", F32).int("BLOCK", 16)).unwrap();
+//! let x = HostBuffer::from_f32(F32, &[1.0, 2.0, 3.0]);
+//! let out = HostBuffer::poisoned(F32, 3);
+//! let args = [KernelArg::Buffer(&x), KernelArg::Buffer(&out), KernelArg::I32(3), KernelArg::F32(2.0)];
+//! kiln::dsl::run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+//! assert_eq!(out.to_f32(), [2.0, 4.0, 6.0]);
+//! ```
+
+pub use kiln_dsl as dsl;
+pub use kiln_dsl::kernel;
+pub use kiln_kernels as kernels;
+
+/// What host code that builds and runs kernels names.
+pub mod prelude {
+    pub use kiln_dsl::prelude::*;
+    pub use kiln_dsl::{Grid, HostBuffer, KernelArg};
+}

@@ -1,0 +1,260 @@
+//! The typed model of a kernel that parsing produces and generation consumes: its signature, and
+//! its body as DSL statements and expressions. Everything here has been validated; every node
+//! keeps the span its `Loc` and any error will point at.
+
+use proc_macro2::Span;
+use syn::{Attribute, Ident, LitStr, Path, Visibility};
+
+/// A kernel: a `fn` with `#[kiln::kernel]`, parsed.
+pub(crate) struct KernelDef {
+    pub(crate) name: Ident,
+    pub(crate) visibility: Visibility,
+    /// Doc comments and `#[cfg]`s, moved onto the generated module.
+    pub(crate) kept_attributes: Vec<Attribute>,
+    pub(crate) params: Vec<SpecParamDef>,
+    pub(crate) args: Vec<ArgDef>,
+    pub(crate) body: Block,
+}
+
+/// A generic parameter of the kernel's `fn`.
+pub(crate) struct SpecParamDef {
+    pub(crate) name: Ident,
+    pub(crate) kind: SpecKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpecKind {
+    DType,
+    Int,
+    Bool,
+}
+
+/// An argument of the kernel's `fn`.
+pub(crate) struct ArgDef {
+    pub(crate) name: Ident,
+    /// `mut x: ..`: the body may assign the argument.
+    pub(crate) mutable: bool,
+    pub(crate) ty: ArgType,
+}
+
+pub(crate) enum ArgType {
+    Ptr(DTypeRef),
+    Scalar(DTypeRef),
+}
+
+/// A dtype as written in the kernel: a fixed one, or a type parameter of the `fn`.
+#[derive(Clone)]
+pub(crate) enum DTypeRef {
+    Fixed(DType),
+    Param(Ident),
+}
+
+/// The dtypes the DSL spells, by their DSL names (`bool` is the IR's `i1`).
+#[derive(Clone, Copy)]
+pub(crate) enum DType {
+    F16,
+    BF16,
+    F32,
+    I32,
+    I64,
+    Bool,
+}
+
+impl DType {
+    pub(crate) const NAMES: &'static str = "f16, bf16, f32, i32, i64, bool";
+
+    pub(crate) fn from_name(name: &str) -> Option<DType> {
+        Some(match name {
+            "f16" => DType::F16,
+            "bf16" => DType::BF16,
+            "f32" => DType::F32,
+            "i32" => DType::I32,
+            "i64" => DType::I64,
+            "bool" => DType::Bool,
+            _ => return None,
+        })
+    }
+}
+
+/// A sequence of statements with its own scope.
+pub(crate) struct Block {
+    pub(crate) stmts: Vec<Stmt>,
+}
+
+pub(crate) enum Stmt {
+    /// `let x = value;` and `let mut x = value;`
+    Let {
+        name: Ident,
+        value: Expr,
+    },
+    /// `x = value;`, and `x op= e;` with `value` as `x op e`.
+    Assign {
+        name: Ident,
+        value: Expr,
+    },
+    /// `store(ptr, value)`, `store(ptr, value, mask)`.
+    Store {
+        ptr: Expr,
+        value: Expr,
+        mask: Option<Expr>,
+        span: Span,
+    },
+    /// `store(block_ptr, value, [axes])`.
+    StoreBlock {
+        ptr: Expr,
+        value: Expr,
+        boundary_check: Vec<Expr>,
+        span: Span,
+    },
+    /// `static_assert(cond)`, `static_assert(cond, "message")`.
+    StaticAssert {
+        cond: Expr,
+        message: Option<LitStr>,
+        span: Span,
+    },
+    For(ForLoop),
+    If(IfElse),
+}
+
+/// `for i in lower..upper { body }` or `for i in (lower..upper).step_by(step) { body }`.
+pub(crate) struct ForLoop {
+    /// `None` for `for _ in ..`.
+    pub(crate) induction: Option<Ident>,
+    pub(crate) lower: Expr,
+    pub(crate) upper: Expr,
+    pub(crate) step: Option<Expr>,
+    /// Variables declared before the loop that its body assigns, in order of first assignment.
+    pub(crate) carried: Vec<Ident>,
+    pub(crate) body: Block,
+    /// The `for` keyword.
+    pub(crate) span: Span,
+}
+
+/// `if cond { .. }`, `if cond { .. } else { .. }`; an `else if` is an else block holding one `if`.
+pub(crate) struct IfElse {
+    pub(crate) cond: Expr,
+    pub(crate) then_block: Block,
+    pub(crate) else_block: Option<Block>,
+    /// Variables declared before the `if` that either branch assigns, in order of first assignment.
+    pub(crate) carried: Vec<Ident>,
+    /// The `if` keyword.
+    pub(crate) span: Span,
+}
+
+/// An expression: it evaluates to one IR value.
+pub(crate) struct Expr {
+    pub(crate) kind: ExprKind,
+    /// Where the expression starts (for a method call, the method's name).
+    pub(crate) span: Span,
+}
+
+pub(crate) enum ExprKind {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// The Rust path of a float constant such as `f32::NEG_INFINITY`, evaluated by Rust.
+    FloatConstant(Path),
+    /// A kernel argument, specialisation constant, `let` binding or loop variable.
+    Variable(Ident),
+    Unary(UnaryOp, Box<Expr>),
+    Binary(BinaryOp, Box<Expr>, Box<Expr>),
+    Compare(CmpOp, Box<Expr>, Box<Expr>),
+    /// `x as D`, `cast(x, D)`, `x.to::<D>()`.
+    Cast(Box<Expr>, DTypeRef),
+    ProgramId(Box<Expr>),
+    NumPrograms(Box<Expr>),
+    Arange(Box<Expr>, Box<Expr>),
+    Zeros {
+        shape: Vec<Expr>,
+        dtype: DTypeRef,
+    },
+    Full {
+        shape: Vec<Expr>,
+        value: Box<Expr>,
+        dtype: DTypeRef,
+    },
+    Load {
+        ptr: Box<Expr>,
+        mask: Option<Box<Expr>>,
+        other: Option<Box<Expr>>,
+    },
+    LoadBlock {
+        ptr: Box<Expr>,
+        boundary_check: Vec<Expr>,
+    },
+    MakeBlockPtr {
+        base: Box<Expr>,
+        shape: Vec<Expr>,
+        strides: Vec<Expr>,
+        offsets: Vec<Expr>,
+        block_shape: Vec<Expr>,
+        order: Vec<Expr>,
+    },
+    Advance {
+        ptr: Box<Expr>,
+        offsets: Vec<Expr>,
+    },
+    Dot {
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+        acc: Option<Box<Expr>>,
+    },
+    Trans(Box<Expr>),
+    ExpandDims(Box<Expr>, Box<Expr>),
+    BroadcastTo(Box<Expr>, Vec<Expr>),
+    Reduce(ReduceOp, Box<Expr>, Box<Expr>),
+    /// `where_(cond, if_true, if_false)`.
+    Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    Cdiv(Box<Expr>, Box<Expr>),
+}
+
+/// Mirrors `kiln_dsl::UnaryOp` (this crate cannot depend on kiln-dsl, which depends on it).
+#[derive(Clone, Copy)]
+pub(crate) enum UnaryOp {
+    Neg,
+    Not,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Tanh,
+    Sqrt,
+    Rsqrt,
+    Abs,
+}
+
+/// Mirrors `kiln_dsl::BinaryOp`.
+#[derive(Clone, Copy)]
+pub(crate) enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    Shl,
+    Shr,
+}
+
+/// Mirrors `kiln_dsl::CmpOp`.
+#[derive(Clone, Copy)]
+pub(crate) enum CmpOp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+/// Mirrors `kiln_dsl::ReduceOp`.
+#[derive(Clone, Copy)]
+pub(crate) enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}

@@ -1,0 +1,322 @@
+//! Statements: `let`, assignments, `store`/`static_assert` calls, `for` loops and `if`s.
+
+use syn::spanned::Spanned;
+use syn::{BinOp, Ident, Pat, RangeLimits};
+
+use super::BodyParser;
+use super::model::{BinaryOp, Block, Expr, ExprKind, ForLoop, IfElse, Stmt};
+use super::scope::BindingKind;
+
+impl BodyParser {
+    /// A `{ .. }` block: its statements, in a scope of their own.
+    pub(super) fn parse_block(&mut self, block: &syn::Block) -> syn::Result<Block> {
+        self.scopes.push_level();
+        let mut stmts = Vec::with_capacity(block.stmts.len());
+        for stmt in &block.stmts {
+            stmts.push(self.parse_stmt(stmt)?);
+        }
+        self.scopes.pop_level();
+        Ok(Block { stmts })
+    }
+
+    fn parse_stmt(&mut self, stmt: &syn::Stmt) -> syn::Result<Stmt> {
+        match stmt {
+            syn::Stmt::Local(local) => self.parse_let(local),
+            syn::Stmt::Item(item) => Err(syn::Error::new_spanned(
+                item,
+                "items cannot be declared inside a kernel; declare them outside it",
+            )),
+            syn::Stmt::Macro(statement_macro) => Err(syn::Error::new_spanned(
+                statement_macro,
+                "macros are not supported in a kernel",
+            )),
+            syn::Stmt::Expr(expr, _) => self.parse_expr_stmt(expr),
+        }
+    }
+
+    fn parse_let(&mut self, local: &syn::Local) -> syn::Result<Stmt> {
+        if let Some(attribute) = local.attrs.first() {
+            return Err(syn::Error::new_spanned(
+                attribute,
+                "attributes on `let` are not supported in a kernel",
+            ));
+        }
+        let (name, mutable) = match &local.pat {
+            Pat::Ident(pattern) if pattern.by_ref.is_none() && pattern.subpat.is_none() => {
+                (pattern.ident.clone(), pattern.mutability.is_some())
+            }
+            Pat::Type(typed) => {
+                return Err(syn::Error::new_spanned(
+                    &typed.ty,
+                    "type annotations are not supported in a kernel; the builder infers types \
+                     (convert with `.to::<D>()`)",
+                ));
+            }
+            pattern => {
+                return Err(syn::Error::new_spanned(
+                    pattern,
+                    "a `let` in a kernel binds a plain name, such as `let x = ...`",
+                ));
+            }
+        };
+        let Some(init) = &local.init else {
+            return Err(syn::Error::new_spanned(
+                local,
+                format!("`{name}` needs a value: write `let {name} = ...;`"),
+            ));
+        };
+        if let Some((else_token, _)) = &init.diverge {
+            return Err(syn::Error::new_spanned(
+                else_token,
+                "`let ... else` is not supported in a kernel",
+            ));
+        }
+        let value = self.parse_expr(&init.expr)?;
+        self.check_new_name(&name)?;
+        self.scopes.bind(&name, BindingKind::Local { mutable });
+        Ok(Stmt::Let { name, value })
+    }
+
+    /// A new binding may shadow anything but a dtype parameter, which stands for a `DType`.
+    fn check_new_name(&self, name: &Ident) -> syn::Result<()> {
+        if self.scopes.lookup(name) == Some(BindingKind::DTypeParam) {
+            return Err(syn::Error::new_spanned(
+                name,
+                format!("`{name}` is a dtype parameter of this kernel; choose another name"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn parse_expr_stmt(&mut self, expr: &syn::Expr) -> syn::Result<Stmt> {
+        match expr {
+            syn::Expr::Assign(assign) => {
+                let name = self.parse_assignment_target(&assign.left)?;
+                let value = self.parse_expr(&assign.right)?;
+                Ok(Stmt::Assign { name, value })
+            }
+            syn::Expr::Binary(binary) if compound_assignment_op(&binary.op).is_some() => {
+                let op = compound_assignment_op(&binary.op).expect("matched by the guard");
+                let name = self.parse_assignment_target(&binary.left)?;
+                let current = self.parse_expr(&binary.left)?;
+                let operand = self.parse_expr(&binary.right)?;
+                let value = Expr {
+                    kind: ExprKind::Binary(op, Box::new(current), Box::new(operand)),
+                    span: binary.span(),
+                };
+                Ok(Stmt::Assign { name, value })
+            }
+            syn::Expr::Block(_) => Err(syn::Error::new_spanned(
+                expr,
+                "nested blocks are not supported in a kernel; write their statements without braces",
+            )),
+            syn::Expr::ForLoop(for_loop) => self.parse_for(for_loop).map(Stmt::For),
+            syn::Expr::If(expr_if) => self.parse_if(expr_if).map(Stmt::If),
+            syn::Expr::Call(call) => match self.parse_effect(call)? {
+                Some(stmt) => Ok(stmt),
+                None => self.unused_value(expr),
+            },
+            _ => self.unused_value(expr),
+        }
+    }
+
+    /// An expression statement that is not an effect: refused, after refusing what is
+    /// unsupported inside it, so that the more precise error wins.
+    fn unused_value(&self, expr: &syn::Expr) -> syn::Result<Stmt> {
+        self.parse_expr(expr)?;
+        Err(syn::Error::new_spanned(
+            expr,
+            "this value is unused; bind it with `let name = ...`, or write it to memory with `store`",
+        ))
+    }
+
+    /// The variable on the left of `=` or `op=`: it must be declared and assignable.
+    fn parse_assignment_target(&mut self, target: &syn::Expr) -> syn::Result<Ident> {
+        let name = match target {
+            syn::Expr::Path(path) if path.qself.is_none() && path.attrs.is_empty() => {
+                path.path.get_ident()
+            }
+            syn::Expr::Index(_) => {
+                return Err(syn::Error::new_spanned(
+                    target,
+                    "cannot assign to an element of a tile; build a new tile, such as \
+                     `x = where_(mask, new, x)`",
+                ));
+            }
+            _ => None,
+        };
+        let Some(name) = name else {
+            return Err(syn::Error::new_spanned(
+                target,
+                "only a variable can be assigned in a kernel",
+            ));
+        };
+        let message = match self.scopes.lookup(name) {
+            None => {
+                format!("`{name}` is not declared; declare it with `let mut {name} = ...` before")
+            }
+            Some(
+                BindingKind::Local { mutable: true } | BindingKind::Argument { mutable: true },
+            ) => {
+                self.scopes.record_assignment(name);
+                return Ok(name.clone());
+            }
+            Some(BindingKind::Local { mutable: false }) => {
+                format!("cannot assign twice to `{name}`; declare it with `let mut {name} = ...`")
+            }
+            Some(BindingKind::Argument { mutable: false }) => {
+                format!(
+                    "cannot assign to argument `{name}`; declare it as `mut {name}` in the signature"
+                )
+            }
+            Some(BindingKind::DTypeParam | BindingKind::ConstParam) => {
+                format!("cannot assign to specialisation parameter `{name}`")
+            }
+            Some(BindingKind::LoopVariable) => {
+                format!("cannot assign to loop variable `{name}`")
+            }
+        };
+        Err(syn::Error::new_spanned(name, message))
+    }
+
+    fn parse_for(&mut self, for_loop: &syn::ExprForLoop) -> syn::Result<ForLoop> {
+        if let Some(label) = &for_loop.label {
+            return Err(syn::Error::new_spanned(
+                label,
+                "loop labels are not supported in a kernel",
+            ));
+        }
+        let (lower, upper, step) = self.parse_for_range(&for_loop.expr)?;
+        let induction = match &*for_loop.pat {
+            Pat::Ident(pattern)
+                if pattern.by_ref.is_none()
+                    && pattern.mutability.is_none()
+                    && pattern.subpat.is_none() =>
+            {
+                Some(pattern.ident.clone())
+            }
+            Pat::Wild(_) => None,
+            pattern => {
+                return Err(syn::Error::new_spanned(
+                    pattern,
+                    "a `for` loop binds a plain name or `_`, such as `for k in 0..n`",
+                ));
+            }
+        };
+        self.scopes.open_region();
+        self.scopes.push_level();
+        if let Some(induction) = &induction {
+            self.check_new_name(induction)?;
+            self.scopes.bind(induction, BindingKind::LoopVariable);
+        }
+        let body = self.parse_block(&for_loop.body)?;
+        self.scopes.pop_level();
+        let carried = self.scopes.close_region();
+        Ok(ForLoop {
+            induction,
+            lower,
+            upper,
+            step,
+            carried,
+            body,
+            span: for_loop.for_token.span,
+        })
+    }
+
+    /// `start..end` or `(start..end).step_by(step)`.
+    fn parse_for_range(&self, expr: &syn::Expr) -> syn::Result<(Expr, Expr, Option<Expr>)> {
+        let (range, step) = match expr {
+            syn::Expr::Range(range) => (range, None),
+            syn::Expr::MethodCall(call) if call.method == "step_by" && call.args.len() == 1 => {
+                match strip_parens(&call.receiver) {
+                    syn::Expr::Range(range) => (range, Some(self.parse_expr(&call.args[0])?)),
+                    _ => return Err(range_expected(expr)),
+                }
+            }
+            _ => return Err(range_expected(expr)),
+        };
+        if let RangeLimits::Closed(dots) = &range.limits {
+            return Err(syn::Error::new_spanned(
+                dots,
+                "inclusive ranges are not supported in a kernel; write `start..end + 1`",
+            ));
+        }
+        let (Some(start), Some(end)) = (&range.start, &range.end) else {
+            return Err(syn::Error::new_spanned(
+                range,
+                "a `for` range needs a start and an end, such as `0..n`",
+            ));
+        };
+        Ok((self.parse_expr(start)?, self.parse_expr(end)?, step))
+    }
+
+    fn parse_if(&mut self, expr_if: &syn::ExprIf) -> syn::Result<IfElse> {
+        if let syn::Expr::Let(let_expr) = &*expr_if.cond {
+            return Err(syn::Error::new_spanned(
+                let_expr,
+                "`if let` is not supported in a kernel",
+            ));
+        }
+        let cond = self.parse_expr(&expr_if.cond)?;
+        self.scopes.open_region();
+        let then_block = self.parse_block(&expr_if.then_branch)?;
+        let else_block = match &expr_if.else_branch {
+            None => None,
+            Some((_, else_branch)) => match &**else_branch {
+                syn::Expr::Block(block) if block.label.is_none() => {
+                    Some(self.parse_block(&block.block)?)
+                }
+                syn::Expr::If(else_if) => Some(Block {
+                    stmts: vec![Stmt::If(self.parse_if(else_if)?)],
+                }),
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        other,
+                        "an `else` in a kernel is followed by a block or another `if`",
+                    ));
+                }
+            },
+        };
+        let carried = self.scopes.close_region();
+        Ok(IfElse {
+            cond,
+            then_block,
+            else_block,
+            carried,
+            span: expr_if.if_token.span,
+        })
+    }
+}
+
+fn range_expected(expr: &syn::Expr) -> syn::Error {
+    syn::Error::new_spanned(
+        expr,
+        "a `for` loop in a kernel runs over a range: write `for i in start..end` or \
+         `for i in (start..end).step_by(step)`",
+    )
+}
+
+fn strip_parens(expr: &syn::Expr) -> &syn::Expr {
+    match expr {
+        syn::Expr::Paren(paren) => strip_parens(&paren.expr),
+        syn::Expr::Group(group) => strip_parens(&group.expr),
+        _ => expr,
+    }
+}
+
+/// The operator of `x op= e`, if `op` is one.
+fn compound_assignment_op(op: &BinOp) -> Option<BinaryOp> {
+    Some(match op {
+        BinOp::AddAssign(_) => BinaryOp::Add,
+        BinOp::SubAssign(_) => BinaryOp::Sub,
+        BinOp::MulAssign(_) => BinaryOp::Mul,
+        BinOp::DivAssign(_) => BinaryOp::Div,
+        BinOp::RemAssign(_) => BinaryOp::Rem,
+        BinOp::BitXorAssign(_) => BinaryOp::Xor,
+        BinOp::BitAndAssign(_) => BinaryOp::And,
+        BinOp::BitOrAssign(_) => BinaryOp::Or,
+        BinOp::ShlAssign(_) => BinaryOp::Shl,
+        BinOp::ShrAssign(_) => BinaryOp::Shr,
+        _ => return None,
+    })
+}

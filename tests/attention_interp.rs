@@ -1,0 +1,248 @@
+//! The attention kernels on the CPU interpreter against the f64 reference, over a designed set of
+//! shapes: batch 1 and 3, seqlen 1, one below and above every block size, 1000, seqlen_q != seqlen_k
+//! both ways, causal and not, GQA 1:1, 4:1, 8:1 and MQA, f16 and bf16 (and f32), all four head
+//! dims, strided layouts, and scores of |s| ~ 100 that overflow without the max subtraction.
+//!
+//! Inputs are fresh random draws each run (the seed is printed on failure); outputs start
+//! poisoned and must be written everywhere, and the padding of strided outputs must stay untouched
+//! (see `kiln_kernels::attention::check`, which also states the error bars and why).
+
+use kiln_dsl::DType;
+use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::{AttentionParams, Layout, Tensor, config, cpu};
+use kiln_kernels::reference::Rng;
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    params: AttentionParams,
+    /// Standard deviation of q and k: 1 gives |s| ~ 1, 10 gives |s| ~ 100.
+    input_scale: f64,
+    layout: LayoutKind,
+}
+
+#[allow(clippy::too_many_arguments, reason = "a table row")]
+fn case(
+    dtype: DType,
+    batch: usize,
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    causal: bool,
+) -> Case {
+    Case {
+        params: AttentionParams {
+            dtype,
+            batch,
+            seqlen_q: sq,
+            seqlen_k: sk,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: d,
+            causal,
+            softmax_scale: AttentionParams::default_scale(d),
+        },
+        input_scale: 1.0,
+        layout: LayoutKind::Packed,
+    }
+}
+
+/// The designed shape set (not a cross product): each line adds something the others lack.
+fn cases() -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut cases = vec![
+        case(F16, 1, 1, 1, 1, 1, 32, false),
+        case(BF16, 1, 1, 1, 1, 1, 64, true),
+        case(F16, 3, 31, 31, 2, 2, 32, true),
+        case(BF16, 1, 33, 33, 4, 1, 64, false),
+        case(F16, 1, 63, 65, 4, 4, 128, true),
+        case(BF16, 2, 65, 63, 8, 2, 64, true),
+        case(F16, 1, 127, 129, 8, 1, 32, false),
+        case(BF16, 1, 129, 127, 2, 1, 256, true),
+        case(F16, 1, 31, 33, 2, 1, 256, false),
+        case(BF16, 3, 33, 31, 4, 4, 256, false),
+        case(F16, 1, 1000, 1000, 1, 1, 64, true),
+        case(BF16, 1, 1000, 1000, 2, 1, 128, false),
+        case(F16, 1, 1, 1000, 2, 1, 64, true),
+        case(BF16, 1, 1000, 1, 1, 1, 32, true),
+        case(F16, 2, 100, 300, 4, 1, 64, true),
+        case(BF16, 2, 300, 100, 8, 1, 128, true),
+        case(F16, 1, 300, 100, 4, 4, 32, false),
+        case(BF16, 1, 100, 300, 4, 2, 32, false),
+        case(F16, 3, 129, 129, 8, 8, 128, false),
+        case(BF16, 1, 64, 64, 4, 1, 128, true),
+        case(F16, 1, 128, 128, 2, 2, 256, true),
+        case(F32, 1, 77, 91, 4, 1, 64, true),
+        case(F32, 2, 65, 33, 2, 2, 32, false),
+    ];
+    // Scores of |s| ~ 100: exp2 of them overflows f32 unless the row max is subtracted first.
+    for (dtype, causal, d) in [
+        (F16, false, 64),
+        (BF16, true, 128),
+        (F16, true, 32),
+        (BF16, false, 256),
+    ] {
+        let mut c = case(dtype, 1, 97, 70, 4, 2, d, causal);
+        c.input_scale = 10.0;
+        cases.push(c);
+    }
+    // Strided layouts and other softmax scales.
+    for (dtype, layout, causal, scale) in [
+        (F16, LayoutKind::Padded, true, 0.3),
+        (BF16, LayoutKind::HeadsMajor, false, 1.0),
+        (F16, LayoutKind::HeadsMajor, true, 0.125),
+        (BF16, LayoutKind::Padded, false, 0.05),
+    ] {
+        let mut c = case(dtype, 2, 70, 45, 4, 2, 64, causal);
+        c.layout = layout;
+        c.params.softmax_scale = scale;
+        cases.push(c);
+    }
+    cases
+}
+
+#[test]
+fn attention_matches_the_f64_reference() {
+    let seed = Rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    let cases = cases();
+    assert!(
+        cases.len() >= 30,
+        "the designed set has {} cases",
+        cases.len()
+    );
+    let mut failures = Vec::new();
+    let mut worst = std::collections::BTreeMap::<(&str, bool), [f64; 8]>::new();
+    for c in &cases {
+        let report = run_on_interpreter(&c.params, c.layout, c.input_scale, &mut rng)
+            .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        let w = worst
+            .entry((c.params.dtype.name(), c.input_scale > 1.0))
+            .or_default();
+        let [cq, ck, cv] = report.conditioned;
+        for (slot, err) in w.iter_mut().zip([
+            report.o, report.lse, report.dq, report.dk, report.dv, cq, ck, cv,
+        ]) {
+            *slot = slot.max(err);
+        }
+        for failure in report.failures(Tolerance::for_dtype(c.params.dtype)) {
+            failures.push(format!("{c:?}: {failure}"));
+        }
+    }
+    for ((dtype, large), [o, lse, dq, dk, dv, cq, ck, cv]) in &worst {
+        println!(
+            "{dtype} {}: worst o {o:.2e}, lse {lse:.2e}, dq {dq:.2e}, dk {dk:.2e}, dv {dv:.2e}; against terms dq {cq:.2e}, dk {ck:.2e}, dv {cv:.2e}",
+            if *large { "|s|~100" } else { "|s|~1" }
+        );
+    }
+    assert!(failures.is_empty(), "seed {seed}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn the_shape_set_steps_around_every_block_size() {
+    let cases = cases();
+    let seqlens: Vec<usize> = cases
+        .iter()
+        .flat_map(|c| [c.params.seqlen_q, c.params.seqlen_k])
+        .collect();
+    for block in config::all_block_sizes() {
+        for n in [block - 1, block + 1] {
+            assert!(
+                seqlens.contains(&n),
+                "no case has seqlen {n} (block {block})"
+            );
+        }
+    }
+    assert!(seqlens.contains(&1) && seqlens.contains(&1000));
+    for d in config::HEAD_DIMS {
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c.params.head_dim == d && c.params.dtype == dtype),
+                "no {dtype} case at head dim {d}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_calls_are_refused_with_the_field_named() {
+    let p = AttentionParams {
+        dtype: DType::F16,
+        batch: 1,
+        seqlen_q: 8,
+        seqlen_k: 8,
+        heads_q: 3,
+        heads_kv: 2,
+        head_dim: 64,
+        causal: false,
+        softmax_scale: 0.125,
+    };
+    let err = p.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("heads_q (3) must be a multiple of heads_kv (2)"),
+        "{err}"
+    );
+    let err = AttentionParams {
+        head_dim: 96,
+        heads_q: 2,
+        ..p
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(err.starts_with("unsupported: head_dim 96"), "{err}");
+    let err = AttentionParams {
+        seqlen_k: 0,
+        heads_q: 2,
+        ..p
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("seqlen_k must be in 1..=2^31-1, got 0"),
+        "{err}"
+    );
+
+    // A buffer too short for its shape and strides, or of the wrong dtype, is refused before
+    // anything runs.
+    let p = AttentionParams { heads_q: 2, ..p };
+    let l = Layout::contiguous(8, 2, 64);
+    let short = kiln_dsl::HostBuffer::zeros(DType::F16, 8 * 2 * 64 - 1);
+    let full = kiln_dsl::HostBuffer::zeros(DType::F16, 8 * 2 * 64);
+    let lse = kiln_dsl::HostBuffer::zeros(DType::F32, 16);
+    let t = |b| Tensor::new(b, l);
+    let err = cpu::forward(&p, t(&short), t(&full), t(&full), t(&full), &lse)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("q has 1023 elements but its shape and strides address 1024"),
+        "{err}"
+    );
+    let wrong_dtype = kiln_dsl::HostBuffer::zeros(DType::BF16, 8 * 2 * 64);
+    let err = cpu::forward(&p, t(&full), t(&wrong_dtype), t(&full), t(&full), &lse)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("k holds bf16, expected f16"), "{err}");
+    let negative = Layout {
+        seq_stride: -128,
+        ..l
+    };
+    let err = cpu::forward(
+        &p,
+        Tensor::new(&full, negative),
+        t(&full),
+        t(&full),
+        t(&full),
+        &lse,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("q.seq_stride must not be negative, got -128"),
+        "{err}"
+    );
+}

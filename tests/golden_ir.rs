@@ -1,0 +1,61 @@
+//! Golden IR text of the four attention kernels at one specialisation each. The text is the
+//! builder's output after folding and dead-code removal; a change to the DSL source, the builder
+//! or the printer shows up here as a line diff. Regenerate with `KILN_BLESS=1 cargo test --test golden_ir`.
+
+use kiln_dsl::{DType, Kernel, Spec};
+use kiln_kernels::attention::{backward, forward};
+use kiln_tests::check_text;
+
+fn golden(name: &str, kernel: Kernel) {
+    let path = format!("{}/golden/{name}.ir", env!("CARGO_MANIFEST_DIR"));
+    let actual = kernel.to_string();
+    if std::env::var_os("KILN_BLESS").is_some() {
+        std::fs::write(&path, &actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (run with KILN_BLESS=1 to create it)"));
+    check_text(&actual, &expected);
+}
+
+fn spec(blocks: Option<(i64, i64)>, causal: bool) -> Spec {
+    let spec = Spec::new().dtype("T", DType::F16).int("HEAD_DIM", 64);
+    match blocks {
+        Some((m, n)) => spec
+            .int("BLOCK_M", m)
+            .int("BLOCK_N", n)
+            .flag("CAUSAL", causal),
+        None => spec.int("BLOCK_M", 64),
+    }
+}
+
+#[test]
+fn forward_causal_f16_d64() {
+    golden(
+        "attention_fwd",
+        forward::attention_fwd::build(&spec(Some((128, 64)), true)).unwrap(),
+    );
+}
+
+#[test]
+fn backward_preprocess_f16_d64() {
+    golden(
+        "attention_bwd_preprocess",
+        backward::attention_bwd_preprocess::build(&spec(None, false)).unwrap(),
+    );
+}
+
+#[test]
+fn backward_dq_f16_d64() {
+    golden(
+        "attention_bwd_dq",
+        backward::attention_bwd_dq::build(&spec(Some((64, 64)), false)).unwrap(),
+    );
+}
+
+#[test]
+fn backward_dkdv_causal_f16_d64() {
+    golden(
+        "attention_bwd_dkdv",
+        backward::attention_bwd_dkdv::build(&spec(Some((64, 64)), true)).unwrap(),
+    );
+}
