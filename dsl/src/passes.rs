@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::ir::{BinaryOp, CmpOp, Constant, Op, Region, Value};
+use crate::ir::{BinaryOp, CmpOp, Constant, Op, Region, UnaryOp, Value};
 use crate::types::DType;
 
 /// Wraps an integer to the width of `dtype`, as the GPU's registers do.
@@ -22,6 +22,22 @@ pub fn round_float(v: f64, dtype: DType) -> f64 {
         DType::BF16 => half::bf16::from_f64(v).to_f64(),
         DType::F32 => v as f32 as f64,
         _ => v,
+    }
+}
+
+/// A float math function of a constant, exactly (in f64) before rounding to the result dtype.
+pub(crate) fn fold_float_unary(op: UnaryOp, v: f64) -> f64 {
+    match op {
+        UnaryOp::Neg => -v,
+        UnaryOp::Exp => v.exp(),
+        UnaryOp::Exp2 => v.exp2(),
+        UnaryOp::Log => v.ln(),
+        UnaryOp::Log2 => v.log2(),
+        UnaryOp::Tanh => v.tanh(),
+        UnaryOp::Sqrt => v.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / v.sqrt(),
+        UnaryOp::Abs => v.abs(),
+        UnaryOp::Not => unreachable!("the builder refuses `!` on floats"),
     }
 }
 

@@ -1,11 +1,13 @@
 //! `#[kiln_dsl::kernel]` end to end: kernels written in the DSL, built at a spec, compared with
-//! their expected IR text; their signatures; the locations semantic errors report; and how
-//! loops and branches carry variables.
+//! their expected IR text; their signatures; the locations semantic errors report; how loops and
+//! branches carry variables; and `if` used as a value, built and run.
 
 use std::fmt::Write;
 
 use kiln_dsl::prelude::*;
-use kiln_dsl::{ArgDecl, ArgType, DTypeRef, Error, SpecKind, SpecParam};
+use kiln_dsl::{
+    ArgDecl, ArgType, DTypeRef, Error, Grid, HostBuffer, KernelArg, SpecKind, SpecParam, run,
+};
 
 /// Compares IR texts, printing a line-by-line diff when they differ.
 #[track_caller]
@@ -553,5 +555,319 @@ kernel @softmax_rows<BLOCK_M = 2, BLOCK_N = 8, T = bf16>(%x.0: ptr<bf16>, %out.1
   store_block %65, %result.50, check [0]
 }
 ",
+    );
+}
+
+/// A runtime `if` used as a value whose then-branch also assigns a variable declared before it:
+/// the IR `if` gives the carried variable, then the value; the else-branch's literal is converted
+/// and broadcast to the then-branch's tile.
+#[kiln_dsl::kernel]
+fn soft_capped(x: Ptr<f32>, out: Ptr<f32>, count: Ptr<i32>, softcap: i32, cap: f32) {
+    let offs = arange(0, 8);
+    let qk = load(x + offs);
+    let mut capped = 0;
+    let s = if softcap != 0 {
+        capped = capped + 1;
+        cap * tanh(qk / cap)
+    } else {
+        0.0
+    };
+    store(out + offs, s);
+    store(count, capped);
+}
+
+/// `if` used as a value on a bool parameter: only the branch taken is built, and its tail is the
+/// value.
+#[kiln_dsl::kernel]
+fn scores<const SOFTCAP: bool>(x: Ptr<f32>, out: Ptr<f32>, cap: f32, scale: f32) {
+    let offs = arange(0, 8);
+    let qk = load(x + offs);
+    let s = if SOFTCAP {
+        cap * tanh(qk / cap)
+    } else {
+        qk * scale
+    };
+    store(out + offs, s);
+}
+
+/// An `else if` chain used as a value, and as an operand: each `if` gives the value of its branch
+/// taken. The first branch's literal is converted to the tile the others give, in its own region.
+#[kiln_dsl::kernel]
+fn pick_mode(x: Ptr<f32>, out: Ptr<f32>, mode: i32, window_left: i32) {
+    let offs = arange(0, 8);
+    let v = load(x + offs);
+    let y = if mode == 0 {
+        0.0
+    } else if mode == 1 {
+        v * 2.0
+    } else {
+        let w = -v;
+        maximum(w, 1.0)
+    };
+    let lo = 1 + if window_left >= 0 { window_left } else { 0 };
+    store(out + offs, y + lo.to::<f32>());
+}
+
+#[test]
+fn a_runtime_if_value_gives_its_carried_variables_then_its_value() {
+    let kernel = soft_capped::build(&Spec::new()).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @soft_capped<>(%x.0: ptr<f32>, %out.1: ptr<f32>, %count.2: ptr<i32>, %softcap.3: i32, %cap.4: f32) {
+  %offs.7 = arange 0, 8 : i32[8]
+  %8 = splat %x.0 : ptr<f32>[8]
+  %9 = add_ptr %8, %offs.7 : ptr<f32>[8]
+  %qk.10 = load %9 : f32[8]
+  %capped.11 = const 0 : i32
+  %12 = const 0 : i32
+  %13 = cmp_ne %softcap.3, %12 : i1
+  %capped.23, %s.24 = if %13 : i32, f32[8] {
+    %capped.15 = const 1 : i32
+    %16 = splat %cap.4 : f32[8]
+    %17 = div %qk.10, %16 : f32[8]
+    %18 = tanh %17 : f32[8]
+    %19 = splat %cap.4 : f32[8]
+    %20 = mul %19, %18 : f32[8]
+    yield %capped.15, %20
+  } else {
+    %21 = const 0.0 : f32
+    %22 = splat %21 : f32[8]
+    yield %capped.11, %22
+  }
+  %25 = splat %out.1 : ptr<f32>[8]
+  %26 = add_ptr %25, %offs.7 : ptr<f32>[8]
+  store %26, %s.24
+  store %count.2, %capped.23
+}
+",
+    );
+}
+
+#[test]
+fn a_static_if_value_builds_only_the_branch_taken() {
+    let softcap = scores::build(&Spec::new().flag("SOFTCAP", true)).unwrap();
+    check(
+        &softcap.to_string(),
+        r"
+kernel @scores<SOFTCAP = true>(%x.0: ptr<f32>, %out.1: ptr<f32>, %cap.2: f32, %scale.3: f32) {
+  %offs.7 = arange 0, 8 : i32[8]
+  %8 = splat %x.0 : ptr<f32>[8]
+  %9 = add_ptr %8, %offs.7 : ptr<f32>[8]
+  %qk.10 = load %9 : f32[8]
+  %11 = splat %cap.2 : f32[8]
+  %12 = div %qk.10, %11 : f32[8]
+  %13 = tanh %12 : f32[8]
+  %14 = splat %cap.2 : f32[8]
+  %s.15 = mul %14, %13 : f32[8]
+  %16 = splat %out.1 : ptr<f32>[8]
+  %17 = add_ptr %16, %offs.7 : ptr<f32>[8]
+  store %17, %s.15
+}
+",
+    );
+    let scaled = scores::build(&Spec::new().flag("SOFTCAP", false)).unwrap();
+    check(
+        &scaled.to_string(),
+        r"
+kernel @scores<SOFTCAP = false>(%x.0: ptr<f32>, %out.1: ptr<f32>, %cap.2: f32, %scale.3: f32) {
+  %offs.7 = arange 0, 8 : i32[8]
+  %8 = splat %x.0 : ptr<f32>[8]
+  %9 = add_ptr %8, %offs.7 : ptr<f32>[8]
+  %qk.10 = load %9 : f32[8]
+  %11 = splat %scale.3 : f32[8]
+  %s.12 = mul %qk.10, %11 : f32[8]
+  %13 = splat %out.1 : ptr<f32>[8]
+  %14 = add_ptr %13, %offs.7 : ptr<f32>[8]
+  store %14, %s.12
+}
+",
+    );
+}
+
+#[test]
+fn an_else_if_chain_is_a_value_and_an_operand() {
+    let kernel = pick_mode::build(&Spec::new()).unwrap();
+    check(
+        &kernel.to_string(),
+        r"
+kernel @pick_mode<>(%x.0: ptr<f32>, %out.1: ptr<f32>, %mode.2: i32, %window_left.3: i32) {
+  %offs.6 = arange 0, 8 : i32[8]
+  %7 = splat %x.0 : ptr<f32>[8]
+  %8 = add_ptr %7, %offs.6 : ptr<f32>[8]
+  %v.9 = load %8 : f32[8]
+  %10 = const 0 : i32
+  %11 = cmp_eq %mode.2, %10 : i1
+  %y.24 = if %11 : f32[8] {
+    %12 = const 0.0 : f32
+    %23 = splat %12 : f32[8]
+    yield %23
+  } else {
+    %13 = const 1 : i32
+    %14 = cmp_eq %mode.2, %13 : i1
+    %22 = if %14 : f32[8] {
+      %15 = const 2.0 : f32
+      %16 = splat %15 : f32[8]
+      %17 = mul %v.9, %16 : f32[8]
+      yield %17
+    } else {
+      %w.18 = neg %v.9 : f32[8]
+      %19 = const 1.0 : f32
+      %20 = splat %19 : f32[8]
+      %21 = max %w.18, %20 : f32[8]
+      yield %21
+    }
+    yield %22
+  }
+  %25 = const 1 : i32
+  %26 = const 0 : i32
+  %27 = cmp_ge %window_left.3, %26 : i1
+  %29 = if %27 : i32 {
+    yield %window_left.3
+  } else {
+    %28 = const 0 : i32
+    yield %28
+  }
+  %lo.30 = add %25, %29 : i32
+  %31 = splat %out.1 : ptr<f32>[8]
+  %32 = add_ptr %31, %offs.6 : ptr<f32>[8]
+  %33 = cast %lo.30 : f32
+  %34 = splat %33 : f32[8]
+  %35 = add %y.24, %34 : f32[8]
+  store %32, %35
+}
+",
+    );
+}
+
+const INPUT: [f32; 8] = [-4.0, -2.0, -1.0, 0.0, 0.5, 1.0, 2.0, 4.0];
+
+#[track_caller]
+fn assert_close(actual: &[f32], expected: &[f64]) {
+    assert_eq!(actual.len(), expected.len());
+    for (index, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        assert!(
+            (f64::from(a) - e).abs() <= 1e-6 * e.abs().max(1.0),
+            "element {index}: {a} != {e}\n  actual: {actual:?}\nexpected: {expected:?}"
+        );
+    }
+}
+
+#[test]
+fn the_interpreter_runs_both_branches_of_a_value_if() {
+    let x = HostBuffer::from_f32(F32, &INPUT);
+    let cap = 2.0_f32;
+    let capped = |v: f32| f64::from(cap) * (f64::from(v) / f64::from(cap)).tanh();
+
+    // Runtime condition, with a carried variable: both paths of one kernel.
+    let kernel = soft_capped::build(&Spec::new()).unwrap();
+    for softcap in [1, 0] {
+        let out = HostBuffer::poisoned(F32, 8);
+        let count = HostBuffer::poisoned(I32, 1);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::Buffer(&count),
+            KernelArg::I32(softcap),
+            KernelArg::F32(cap),
+        ];
+        run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+        let expected: Vec<f64> = if softcap != 0 {
+            INPUT.iter().map(|&v| capped(v)).collect()
+        } else {
+            vec![0.0; 8]
+        };
+        assert_close(&out.to_f32(), &expected);
+        assert_eq!(count.to_i64(), [i64::from(softcap)]);
+    }
+
+    // Constant condition: each specialisation computes its branch.
+    for softcap in [true, false] {
+        let kernel = scores::build(&Spec::new().flag("SOFTCAP", softcap)).unwrap();
+        let out = HostBuffer::poisoned(F32, 8);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::F32(cap),
+            KernelArg::F32(0.5),
+        ];
+        run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+        let expected: Vec<f64> = INPUT
+            .iter()
+            .map(|&v| {
+                if softcap {
+                    capped(v)
+                } else {
+                    f64::from(v) * 0.5
+                }
+            })
+            .collect();
+        assert_close(&out.to_f32(), &expected);
+    }
+
+    // An `else if` chain: every branch of the chain, and both of the operand `if`.
+    let kernel = pick_mode::build(&Spec::new()).unwrap();
+    for (mode, window_left) in [(0, -3), (1, 2), (2, 0), (7, -1)] {
+        let out = HostBuffer::poisoned(F32, 8);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::I32(mode),
+            KernelArg::I32(window_left),
+        ];
+        run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+        let lo = 1.0 + f64::from(window_left.max(0));
+        let expected: Vec<f64> = INPUT
+            .iter()
+            .map(|&v| {
+                let v = f64::from(v);
+                let y = match mode {
+                    0 => 0.0,
+                    1 => v * 2.0,
+                    _ => (-v).max(1.0),
+                };
+                y + lo
+            })
+            .collect();
+        assert_close(&out.to_f32(), &expected);
+    }
+}
+
+/// Branches of an `if` used as a value that give different types at some specialisations.
+#[kiln_dsl::kernel]
+fn mismatched_branches<T>(x: Ptr<f32>, y: Ptr<T>, n: i32) {
+    let offs = arange(0, 64);
+    let a = load(x + offs);
+    let v = if n > 0 { a } else { load(y + offs) };
+    store(x + offs, v);
+}
+
+/// A literal converts to the other branch's type only where it fits its kind: not `0.5` to i32.
+#[kiln_dsl::kernel]
+fn mismatched_literal(x: Ptr<i32>, n: i32) {
+    let offs = arange(0, 16);
+    let v = if n > 0 { 0.5 } else { load(x + offs) };
+    store(x + offs, v);
+}
+
+#[test]
+fn the_branches_of_a_value_if_must_give_one_type() {
+    assert!(mismatched_branches::build(&Spec::new().dtype("T", F32)).is_ok());
+    let error = semantic_error(mismatched_branches::build(&Spec::new().dtype("T", F16)));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the branches of this `if` give different types: f32[64] and f16[64]; convert one \
+             with `.to::<D>()` so that both give the same dtype\n  --> {}",
+            location_of("if n > 0 { a } else { load(y + offs) }")
+        )
+    );
+    let error = semantic_error(mismatched_literal::build(&Spec::new()));
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "the branches of this `if` give different types: f32 and i32[16]\n  --> {}",
+            location_of("if n > 0 { 0.5 }")
+        )
     );
 }

@@ -42,6 +42,15 @@ use proc_macro::TokenStream;
 /// `cast`, `static_assert`; `x.to::<D>()`, `x.trans()`, `x.expand_dims(axis)`,
 /// `x.broadcast_to([..])`, `x.sum(axis)`, `x.max(axis)`, `x.min(axis)` and the math functions as
 /// methods (`x.exp2()`). Anything else is a compile error that says what to write instead.
+///
+/// An `if` is also a value wherever an expression can be (a `let` value, an operand, an
+/// argument): `let s = if SOFTCAP { cap * tanh(qk / cap) } else { qk * scale };`. Every branch,
+/// `else if`s included, ends with its value (an expression without `;`) after any statements, and
+/// may assign variables declared before the `if`, as a statement `if`'s branches may. On a
+/// constant condition only the branch taken is built and its value is the `if`'s; on a runtime
+/// one both are, and they must give one type (a literal such as `0.0` takes the other branch's
+/// type, so `if c { tile } else { 0.0 }` works); otherwise building reports both types at the
+/// `if`. An `if` without `else`, or a branch without a value, used as a value is a compile error.
 #[proc_macro_attribute]
 pub fn kernel(attribute: TokenStream, item: TokenStream) -> TokenStream {
     expand(attribute.into(), item.into())

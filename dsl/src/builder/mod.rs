@@ -53,15 +53,20 @@ pub struct ForScope {
     loc: Loc,
 }
 
-/// An open `if`: the then-branch is being built, then (after [`Builder::begin_else`]) the else-branch.
+/// An open `if`: the then-branch is being built, then (after [`Builder::begin_else`] or
+/// [`Builder::begin_else_with_value`]) the else-branch.
 #[derive(Debug)]
 pub struct IfScope {
     cond: Value,
     /// The values the branches may reassign, as they are before the `if`.
     init: Vec<Value>,
     names: Vec<String>,
+    /// The id of the then-branch's region, to reopen it (see [`Builder::end_if_with_value`]).
+    then_id: u32,
     then_region: Option<Region>,
-    then_yields: Vec<Value>,
+    /// For an `if` used as a value, the then-branch's value (it follows the carried values in
+    /// the then-region's `yield`).
+    then_value: Option<Value>,
     depth: usize,
     loc: Loc,
 }
@@ -415,8 +420,9 @@ impl Builder {
             cond,
             init: init.to_vec(),
             names: names.iter().map(|s| s.to_string()).collect(),
+            then_id: self.open.last().expect("just opened").id,
             then_region: None,
-            then_yields: Vec::new(),
+            then_value: None,
             depth,
             loc,
         })
@@ -424,10 +430,38 @@ impl Builder {
 
     /// Ends the then-branch (its variables end as `yields`) and opens the else-branch.
     pub fn begin_else(&mut self, scope: &mut IfScope, yields: &[Value], loc: Loc) -> Result<()> {
+        self.end_then(scope, yields, None, loc)
+    }
+
+    /// For an `if` used as a value (`let s = if c { a } else { b };`): ends the then-branch,
+    /// whose variables end as `yields` and whose value is `value`, and opens the else-branch.
+    /// Close it with [`Builder::end_if_with_value`].
+    pub fn begin_else_with_value(
+        &mut self,
+        scope: &mut IfScope,
+        yields: &[Value],
+        value: Value,
+        loc: Loc,
+    ) -> Result<()> {
+        self.end_then(scope, yields, Some(value), loc)
+    }
+
+    fn end_then(
+        &mut self,
+        scope: &mut IfScope,
+        yields: &[Value],
+        value: Option<Value>,
+        loc: Loc,
+    ) -> Result<()> {
         assert_eq!(self.open.len(), scope.depth + 1, "regions close in order");
-        let yields = self.check_carried(&scope.init, yields, &scope.names, "branch", loc)?;
+        assert!(scope.then_region.is_none(), "an `if` has one else-branch");
+        let mut yields = self.check_carried(&scope.init, yields, &scope.names, "branch", loc)?;
+        if let Some(value) = value {
+            self.check_visible(value, loc)?;
+            yields.push(value);
+        }
         scope.then_region = Some(self.close_region(&yields, loc));
-        scope.then_yields = yields;
+        scope.then_value = value;
         self.open_region(Vec::new());
         Ok(())
     }
@@ -441,13 +475,127 @@ impl Builder {
             return self.end_if(scope, &init, loc);
         }
         assert_eq!(self.open.len(), scope.depth + 1, "regions close in order");
+        assert!(
+            scope.then_value.is_none(),
+            "an `if` whose then-branch gave a value ends with `end_if_with_value`"
+        );
         let yields = self.check_carried(&scope.init, yields, &scope.names, "branch", loc)?;
         let else_region = self.close_region(&yields, loc);
         let types = scope.init.iter().map(|&v| self.ty(v).clone()).collect();
+        Ok(self.push_if(scope, else_region, types))
+    }
+
+    /// Ends the else-branch of an `if` used as a value (opened with
+    /// [`Builder::begin_else_with_value`]): its variables end as `yields` and its value is
+    /// `value`. Returns the variables' values after the `if`, and the `if`'s value.
+    ///
+    /// Both values must have one type, which the `if`'s value takes; a literal scalar (`0.0`,
+    /// `1`, `true`: a weak constant) in either branch is converted and broadcast to the other
+    /// branch's type where it fits that dtype's kind (an integer literal any number, a float
+    /// literal any float, a bool literal bools), so `if c { tile } else { 0.0 }` and
+    /// `if c { 0.0 } else { tile }` both give `tile`'s type. The then-branch is closed by then:
+    /// its literal is converted by reopening its region, before its `yield`. Anything else that
+    /// differs is a semantic error at the `if`.
+    pub fn end_if_with_value(
+        &mut self,
+        mut scope: IfScope,
+        yields: &[Value],
+        value: Value,
+        loc: Loc,
+    ) -> Result<(Vec<Value>, Value)> {
+        assert_eq!(self.open.len(), scope.depth + 1, "regions close in order");
+        let then_value = scope
+            .then_value
+            .expect("an `if` used as a value opens its else-branch with `begin_else_with_value`");
+        let mut yields = self.check_carried(&scope.init, yields, &scope.names, "branch", loc)?;
+        self.check_visible(value, loc)?;
+        let (then_ty, else_ty) = (self.ty(then_value).clone(), self.ty(value).clone());
+        let mut value = value;
+        let mut convert_then = false;
+        if then_ty != else_ty {
+            if self.literal_fits(value, &then_ty) {
+                value = self.convert_literal(value, &then_ty, loc)?;
+            } else if self.literal_fits(then_value, &else_ty) {
+                convert_then = true;
+            } else {
+                return Err(Error::semantic(
+                    scope.loc,
+                    format!(
+                        "the branches of this `if` give different types: {then_ty} and {else_ty}{}",
+                        branch_types_hint(&then_ty, &else_ty)
+                    ),
+                ));
+            }
+        }
+        yields.push(value);
+        let else_region = self.close_region(&yields, loc);
+        if convert_then {
+            self.reopen_then_to_convert(&mut scope, &else_ty, loc)?;
+        }
+        let value_ty = if convert_then { else_ty } else { then_ty };
+        let types = scope
+            .init
+            .iter()
+            .map(|&v| self.ty(v).clone())
+            .chain([value_ty])
+            .collect();
+        let mut results = self.push_if(scope, else_region, types);
+        let value = results.pop().expect("the `if`'s value is its last result");
+        Ok((results, value))
+    }
+
+    /// Whether `value` is a literal scalar that converts to `ty` (see [`Builder::end_if_with_value`]).
+    fn literal_fits(&self, value: Value, ty: &Type) -> bool {
+        let (Some(from), Some(to)) = (self.ty(value).dtype(), ty.dtype()) else {
+            return false;
+        };
+        let fits = match from {
+            DType::I1 => to == DType::I1,
+            _ if from.is_int() => to != DType::I1,
+            _ => to.is_float(),
+        };
+        self.weak[value.index()] && self.ty(value).is_scalar() && fits
+    }
+
+    /// Converts a literal scalar that fits `ty` (see [`Builder::literal_fits`]) to it, in the
+    /// innermost open region.
+    fn convert_literal(&mut self, value: Value, ty: &Type, loc: Loc) -> Result<Value> {
+        let dtype = ty
+            .dtype()
+            .expect("`literal_fits` checked that `ty` has a dtype");
+        let value = self.cast(value, dtype, loc)?;
+        self.broadcast_value(value, ty.shape(), loc)
+    }
+
+    /// Converts the then-branch's literal value to `ty` once the then-branch is closed: reopens its
+    /// region (under its own id, so that visibility stays right), replaces its `yield`.
+    fn reopen_then_to_convert(&mut self, scope: &mut IfScope, ty: &Type, loc: Loc) -> Result<()> {
+        let mut region = scope.then_region.take().expect("the then-branch is closed");
+        let Some(Inst {
+            op: Op::Yield { values: mut yields },
+            loc: yield_loc,
+            ..
+        }) = region.insts.pop()
+        else {
+            unreachable!("a closed region ends with its `yield`")
+        };
+        self.open.push(OpenRegion {
+            id: scope.then_id,
+            region,
+        });
+        let value = yields.pop().expect("the then-branch yields its value last");
+        yields.push(self.convert_literal(value, ty, loc)?);
+        scope.then_region = Some(self.close_region(&yields, yield_loc));
+        Ok(())
+    }
+
+    /// Appends the `if` of `scope` (its then-branch closed) with `else_region`; names the results
+    /// that carry variables.
+    fn push_if(&mut self, scope: IfScope, else_region: Region, types: Vec<Type>) -> Vec<Value> {
         let results = self.push(
             Op::If {
                 cond: scope.cond,
-                then_region: scope.then_region.expect("closed above"),
+                then_region: scope.then_region.expect("the then-branch is closed"),
                 else_region,
             },
             types,
@@ -456,7 +604,7 @@ impl Builder {
         for (&result, name) in results.iter().zip(&scope.names) {
             self.name(result, name);
         }
-        Ok(results)
+        results
     }
 
     /// A carried variable keeps its type through a loop or branch; a literal may be cast to it.
@@ -498,5 +646,16 @@ impl Builder {
                 ))
             })
             .collect()
+    }
+}
+
+/// What to write when the branches of an `if` used as a value differ in `a` and `b`.
+fn branch_types_hint(a: &Type, b: &Type) -> &'static str {
+    match (a.dtype(), b.dtype()) {
+        (Some(_), Some(_)) if a.shape() == b.shape() => {
+            "; convert one with `.to::<D>()` so that both give the same dtype"
+        }
+        (Some(x), Some(y)) if x == y => "; give both the same shape (`broadcast_to`)",
+        _ => "",
     }
 }

@@ -103,8 +103,12 @@ impl Builder {
         if let (Some(c), true) = (self.constant(value), self.ty(value).is_scalar()) {
             let folded = match (op, c) {
                 (UnaryOp::Neg, Constant::Int(v)) => Some(Constant::Int(v.wrapping_neg())),
-                (UnaryOp::Neg, Constant::Float(v)) => Some(Constant::Float(-v)),
                 (UnaryOp::Not, Constant::Bool(v)) => Some(Constant::Bool(!v)),
+                (UnaryOp::Abs, Constant::Int(v)) => Some(Constant::Int(v.wrapping_abs())),
+                (_, Constant::Float(v)) => Some(Constant::Float(crate::passes::round_float(
+                    crate::passes::fold_float_unary(op, v),
+                    dtype,
+                ))),
                 _ => None,
             };
             if let Some(folded) = folded {

@@ -19,6 +19,18 @@ pub(super) enum Operand<'a> {
     Tokens(TokenStream),
 }
 
+impl Operand<'_> {
+    /// The DSL expressions of this operand.
+    fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        let exprs: &[Expr] = match self {
+            Operand::Value(expr) | Operand::Optional(Some(expr)) => std::slice::from_ref(*expr),
+            Operand::List(exprs) => exprs,
+            Operand::Optional(None) | Operand::Tokens(_) => &[],
+        };
+        exprs.iter()
+    }
+}
+
 impl Generator {
     pub(super) fn expr(&self, expr: &Expr) -> TokenStream {
         use Operand::{List, Optional, Tokens, Value};
@@ -142,6 +154,7 @@ impl Generator {
             ExprKind::Cdiv(lhs, rhs) => {
                 self.builder_call("cdiv", vec![Value(lhs), Value(rhs)], span)
             }
+            ExprKind::If(if_value) => self.if_value(if_value),
         }
     }
 
@@ -153,20 +166,26 @@ impl Generator {
         span: Span,
     ) -> TokenStream {
         let method = format_ident!("{method}");
+        // An operand that assigns variables (an `if` used as a value whose branches do) must not
+        // change what an operand before it read: then variables are read into temporaries too,
+        // in order, as Rust evaluates operands.
+        let snapshot = operands
+            .iter()
+            .any(|operand| operand.exprs().any(|expr| !expr.assigned().is_empty()));
         let mut evaluations = Vec::new();
         let mut arguments = Vec::new();
         for operand in operands {
             let argument = match operand {
-                Operand::Value(expr) => self.evaluate(expr, &mut evaluations),
+                Operand::Value(expr) => self.evaluate(expr, snapshot, &mut evaluations),
                 Operand::Optional(Some(expr)) => {
-                    let value = self.evaluate(expr, &mut evaluations);
+                    let value = self.evaluate(expr, snapshot, &mut evaluations);
                     quote_internal!(::core::option::Option::Some(#value))
                 }
                 Operand::Optional(None) => quote_internal!(::core::option::Option::None),
                 Operand::List(exprs) => {
                     let values: Vec<TokenStream> = exprs
                         .iter()
-                        .map(|expr| self.evaluate(expr, &mut evaluations))
+                        .map(|expr| self.evaluate(expr, snapshot, &mut evaluations))
                         .collect();
                     quote_internal!(&[#(#values),*])
                 }
@@ -181,10 +200,17 @@ impl Generator {
         })
     }
 
-    /// The tokens of `expr`'s value as an argument: a variable as it is, anything else bound
-    /// to the next temporary first.
-    fn evaluate(&self, expr: &Expr, evaluations: &mut Vec<TokenStream>) -> TokenStream {
-        if let ExprKind::Variable(name) = &expr.kind {
+    /// The tokens of `expr`'s value as an argument: a variable as it is (unless `snapshot`),
+    /// anything else bound to the next temporary first.
+    fn evaluate(
+        &self,
+        expr: &Expr,
+        snapshot: bool,
+        evaluations: &mut Vec<TokenStream>,
+    ) -> TokenStream {
+        if let ExprKind::Variable(name) = &expr.kind
+            && !snapshot
+        {
             return quote!(#name);
         }
         let temporary = format_ident!(

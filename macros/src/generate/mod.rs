@@ -14,7 +14,7 @@ mod expressions;
 mod statements;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::quote;
 
 use crate::parse::model::{ArgType, DType, DTypeRef, KernelDef, SpecKind};
 
@@ -98,9 +98,6 @@ pub(crate) fn generate_kernel(kernel: &KernelDef, dsl: TokenStream) -> TokenStre
 
             #[doc = #build_doc]
             #[allow(non_snake_case, unused_mut, unused_variables, unused_assignments)]
-            // `line!()` gives its literal the span of the DSL expression; clippy reads that
-            // expression's source as the literal's and takes `0.5` for a zero-prefixed integer.
-            #[allow(clippy::zero_prefixed_literal)]
             pub fn build(spec: &#dsl::Spec) -> #dsl::Result<#dsl::Kernel> {
                 let mut __kiln_builder = #dsl::Builder::new(&SIGNATURE, spec)?;
                 let __kiln = &mut __kiln_builder;
@@ -135,11 +132,13 @@ fn describe_params(kernel: &KernelDef) -> String {
 }
 
 impl Generator {
-    /// The `Loc` of the DSL expression at `span`: `line!()` and `column!()` take the span of
-    /// their invocation, so they give the expression's own position in the user's file.
+    /// The `Loc` of the DSL expression at `span`, read from the span while expanding (the file
+    /// is the kernel's, in `SIGNATURE`).
     fn loc(&self, span: Span) -> TokenStream {
         let dsl = &self.dsl;
-        quote_spanned!(span => #dsl::Loc::new(::core::file!(), ::core::line!(), ::core::column!()))
+        let span = span.unwrap();
+        let (line, column) = (span.line() as u32, span.column() as u32);
+        quote!(#dsl::Loc::new(SIGNATURE.file, #line, #column))
     }
 
     /// A dtype in `SIGNATURE`: a type parameter is named, not yet resolved.

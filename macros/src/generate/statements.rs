@@ -1,12 +1,13 @@
 //! Statements -> Rust statements. Variables are Rust variables holding `Value`s; a `for` or `if`
-//! passes the variables it carries through the builder's regions and rebinds them after.
+//! passes the variables it carries through the builder's regions and rebinds them after. An `if`
+//! used as a value is here too: it is a statement `if` whose branches also give a value.
 
 use proc_macro2::TokenStream;
 use quote::quote;
 
 use super::Generator;
 use super::expressions::Operand;
-use crate::parse::model::{Block, ForLoop, IfElse, Stmt};
+use crate::parse::model::{Block, ForLoop, IfElse, IfValue, Stmt, ValueBlock};
 
 impl Generator {
     pub(super) fn block(&self, block: &Block) -> TokenStream {
@@ -174,6 +175,71 @@ impl Generator {
                 #(let mut #carried = #carried;)*
                 { #body }
                 ::core::result::Result::Ok(::std::vec![#(#carried),*])
+            }
+        }
+    }
+
+    /// An `if` used as a value, as an expression: built as a statement `if` is, with each branch
+    /// also giving its value (a constant condition builds only the branch taken, whose value is
+    /// the `if`'s); a runtime condition gives one IR `if` whose results are the carried variables
+    /// followed by the value.
+    pub(super) fn if_value(&self, if_value: &IfValue) -> TokenStream {
+        let loc = self.loc(if_value.span);
+        let cond = self.expr(&if_value.cond);
+        let carried = &if_value.carried;
+        let carried_names: Vec<String> = carried.iter().map(|name| name.to_string()).collect();
+        let indices: Vec<usize> = (0..carried.len()).collect();
+        let then_branch = self.value_branch(&if_value.then_branch, carried);
+        let else_branch = self.value_branch(&if_value.else_branch, carried);
+        quote_internal! {
+            {
+                let __kiln_condition = #cond;
+                let __kiln_then_branch = #then_branch;
+                let __kiln_else_branch = #else_branch;
+                let (__kiln_results, __kiln_value) = match __kiln.static_bool(__kiln_condition) {
+                    ::core::option::Option::Some(true) => __kiln_then_branch(__kiln)?,
+                    ::core::option::Option::Some(false) => __kiln_else_branch(__kiln)?,
+                    ::core::option::Option::None => {
+                        let mut __kiln_scope = __kiln.begin_if(
+                            __kiln_condition,
+                            &[#(#carried),*],
+                            &[#(#carried_names),*],
+                            #loc
+                        )?;
+                        let (__kiln_then_yields, __kiln_then_value) = __kiln_then_branch(__kiln)?;
+                        __kiln.begin_else_with_value(
+                            &mut __kiln_scope,
+                            &__kiln_then_yields,
+                            __kiln_then_value,
+                            #loc
+                        )?;
+                        let (__kiln_else_yields, __kiln_else_value) = __kiln_else_branch(__kiln)?;
+                        __kiln.end_if_with_value(
+                            __kiln_scope,
+                            &__kiln_else_yields,
+                            __kiln_else_value,
+                            #loc
+                        )?
+                    }
+                };
+                #(#carried = __kiln_results[#indices];)*
+                __kiln_value
+            }
+        }
+    }
+
+    /// `|__kiln| { let mut carried = carried; let value = { body; value }; Ok((vec![carried, ..], value)) }`
+    fn value_branch(&self, branch: &ValueBlock, carried: &[syn::Ident]) -> TokenStream {
+        let dsl = &self.dsl;
+        let body = self.block(&branch.block);
+        let value = self.expr(&branch.value);
+        quote_internal! {
+            |__kiln: &mut #dsl::Builder|
+                -> #dsl::Result<(::std::vec::Vec<#dsl::Value>, #dsl::Value)>
+            {
+                #(let mut #carried = #carried;)*
+                let __kiln_value = { #body #value };
+                ::core::result::Result::Ok((::std::vec![#(#carried),*], __kiln_value))
             }
         }
     }

@@ -1,5 +1,6 @@
-//! Expressions: literals, names, operators, casts; calls are in `functions`. Everything else Rust
-//! can write is refused here, with a hint at what to write instead.
+//! Expressions: literals, names, operators, casts; calls are in `functions`, `if`s used as values
+//! in `statements`. Everything else Rust can write is refused here, with a hint at what to write
+//! instead.
 
 use syn::spanned::Spanned;
 use syn::{BinOp, Ident, Lit, UnOp};
@@ -9,7 +10,7 @@ use super::model::{BinaryOp, CmpOp, DType, DTypeRef, Expr, ExprKind, UnaryOp};
 use super::scope::BindingKind;
 
 impl BodyParser {
-    pub(super) fn parse_expr(&self, expr: &syn::Expr) -> syn::Result<Expr> {
+    pub(super) fn parse_expr(&mut self, expr: &syn::Expr) -> syn::Result<Expr> {
         let kind = match expr {
             syn::Expr::Lit(literal) => parse_literal(&literal.lit)?,
             syn::Expr::Path(path) => self.parse_path(path)?,
@@ -48,6 +49,7 @@ impl BodyParser {
             ),
             syn::Expr::Call(call) => self.parse_call(call)?,
             syn::Expr::MethodCall(call) => return self.parse_method_call(call),
+            syn::Expr::If(expr_if) => ExprKind::If(Box::new(self.parse_if_value(expr_if)?)),
             unsupported => return Err(unsupported_expression(unsupported)),
         };
         Ok(Expr {
@@ -56,7 +58,7 @@ impl BodyParser {
         })
     }
 
-    pub(super) fn parse_boxed(&self, expr: &syn::Expr) -> syn::Result<Box<Expr>> {
+    pub(super) fn parse_boxed(&mut self, expr: &syn::Expr) -> syn::Result<Box<Expr>> {
         self.parse_expr(expr).map(Box::new)
     }
 
@@ -254,10 +256,6 @@ fn unsupported_expression(expr: &syn::Expr) -> syn::Error {
         }
         syn::Expr::Block(_) | syn::Expr::Unsafe(_) | syn::Expr::Const(_) => {
             "a block is not a value in a kernel; compute the value with `let` statements before"
-        }
-        syn::Expr::If(_) => {
-            "`if` is not a value in a kernel; assign a variable declared before it in each \
-             branch, or use `where_(cond, a, b)`"
         }
         syn::Expr::Match(_) => "`match` is not supported in a kernel; use `if` and `else if`",
         syn::Expr::While(_) | syn::Expr::Loop(_) => {

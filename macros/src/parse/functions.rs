@@ -132,7 +132,7 @@ fn check_arity(
 
 impl BodyParser {
     /// A call of a free function that gives a value.
-    pub(super) fn parse_call(&self, call: &syn::ExprCall) -> syn::Result<ExprKind> {
+    pub(super) fn parse_call(&mut self, call: &syn::ExprCall) -> syn::Result<ExprKind> {
         let name = function_name(call)?;
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let arity = |counts: &[usize]| {
@@ -280,7 +280,7 @@ impl BodyParser {
     }
 
     /// A call of `store` or `static_assert` as a statement; `None` for any other call.
-    pub(super) fn parse_effect(&self, call: &syn::ExprCall) -> syn::Result<Option<Stmt>> {
+    pub(super) fn parse_effect(&mut self, call: &syn::ExprCall) -> syn::Result<Option<Stmt>> {
         let name = function_name(call)?;
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let arity = |counts: &[usize]| {
@@ -339,7 +339,7 @@ impl BodyParser {
     }
 
     /// A method call; its span is the method's name, so that a chain's calls are told apart.
-    pub(super) fn parse_method_call(&self, call: &syn::ExprMethodCall) -> syn::Result<Expr> {
+    pub(super) fn parse_method_call(&mut self, call: &syn::ExprMethodCall) -> syn::Result<Expr> {
         let name = call.method.to_string();
         if name == "step_by" {
             return Err(syn::Error::new_spanned(
@@ -430,12 +430,17 @@ impl BodyParser {
         })
     }
 
-    fn parse_optional(&self, expr: Option<&&syn::Expr>) -> syn::Result<Option<Box<Expr>>> {
+    fn parse_optional(&mut self, expr: Option<&&syn::Expr>) -> syn::Result<Option<Box<Expr>>> {
         expr.map(|expr| self.parse_boxed(expr)).transpose()
     }
 
     /// An array-literal argument: a shape, offsets, axes.
-    fn parse_list(&self, expr: &syn::Expr, function: &str, what: &str) -> syn::Result<Vec<Expr>> {
+    fn parse_list(
+        &mut self,
+        expr: &syn::Expr,
+        function: &str,
+        what: &str,
+    ) -> syn::Result<Vec<Expr>> {
         match expr {
             syn::Expr::Array(array) => self.parse_elements(array),
             _ => Err(syn::Error::new_spanned(
@@ -447,7 +452,7 @@ impl BodyParser {
         }
     }
 
-    fn parse_elements(&self, array: &syn::ExprArray) -> syn::Result<Vec<Expr>> {
+    fn parse_elements(&mut self, array: &syn::ExprArray) -> syn::Result<Vec<Expr>> {
         array
             .elems
             .iter()

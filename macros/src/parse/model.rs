@@ -141,6 +141,24 @@ pub(crate) struct IfElse {
     pub(crate) span: Span,
 }
 
+/// `if cond { ..; a } else { ..; b }` used as a value (a `let` value, an operand, an argument); an
+/// `else if` is an else branch whose value is another `IfValue`.
+pub(crate) struct IfValue {
+    pub(crate) cond: Expr,
+    pub(crate) then_branch: ValueBlock,
+    pub(crate) else_branch: ValueBlock,
+    /// Variables declared before the `if` that either branch assigns, in order of first assignment.
+    pub(crate) carried: Vec<Ident>,
+    /// The `if` keyword.
+    pub(crate) span: Span,
+}
+
+/// A branch of an `if` used as a value: its statements, then the expression it ends with.
+pub(crate) struct ValueBlock {
+    pub(crate) block: Block,
+    pub(crate) value: Expr,
+}
+
 /// An expression: it evaluates to one IR value.
 pub(crate) struct Expr {
     pub(crate) kind: ExprKind,
@@ -206,6 +224,89 @@ pub(crate) enum ExprKind {
     /// `where_(cond, if_true, if_false)`.
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
     Cdiv(Box<Expr>, Box<Expr>),
+    If(Box<IfValue>),
+}
+
+impl Expr {
+    /// The variables declared outside this expression that evaluating it assigns (in the branches
+    /// of an `if` used as a value), so that an operand read before it is read before they change.
+    pub(crate) fn assigned(&self) -> Vec<&Ident> {
+        let mut assigned = Vec::new();
+        self.collect_assigned(&mut assigned);
+        assigned
+    }
+
+    fn collect_assigned<'a>(&'a self, assigned: &mut Vec<&'a Ident>) {
+        // An `if` carries every outer variable its branches assign, nested `if`s included.
+        if let ExprKind::If(if_value) = &self.kind {
+            if_value.cond.collect_assigned(assigned);
+            assigned.extend(&if_value.carried);
+            return;
+        }
+        for operand in self.kind.operands() {
+            operand.collect_assigned(assigned);
+        }
+    }
+}
+
+impl ExprKind {
+    /// The expressions this one evaluates first, in order (an `if` evaluates only its condition
+    /// before choosing a branch).
+    fn operands(&self) -> Vec<&Expr> {
+        match self {
+            ExprKind::Int(_)
+            | ExprKind::Float(_)
+            | ExprKind::Bool(_)
+            | ExprKind::FloatConstant(_)
+            | ExprKind::Variable(_) => Vec::new(),
+            ExprKind::Unary(_, value)
+            | ExprKind::Cast(value, _)
+            | ExprKind::ProgramId(value)
+            | ExprKind::NumPrograms(value)
+            | ExprKind::Trans(value) => vec![&**value],
+            ExprKind::Binary(_, lhs, rhs)
+            | ExprKind::Compare(_, lhs, rhs)
+            | ExprKind::Arange(lhs, rhs)
+            | ExprKind::ExpandDims(lhs, rhs)
+            | ExprKind::Reduce(_, lhs, rhs)
+            | ExprKind::Cdiv(lhs, rhs) => vec![&**lhs, &**rhs],
+            ExprKind::Zeros { shape, .. } => shape.iter().collect(),
+            ExprKind::Full { shape, value, .. } => shape.iter().chain([&**value]).collect(),
+            ExprKind::Load { ptr, mask, other } => [Some(ptr), mask.as_ref(), other.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|expr| &**expr)
+                .collect(),
+            ExprKind::LoadBlock {
+                ptr,
+                boundary_check,
+            } => [&**ptr].into_iter().chain(boundary_check).collect(),
+            ExprKind::MakeBlockPtr {
+                base,
+                shape,
+                strides,
+                offsets,
+                block_shape,
+                order,
+            } => [&**base]
+                .into_iter()
+                .chain(shape)
+                .chain(strides)
+                .chain(offsets)
+                .chain(block_shape)
+                .chain(order)
+                .collect(),
+            ExprKind::Advance { ptr, offsets } => [&**ptr].into_iter().chain(offsets).collect(),
+            ExprKind::Dot { lhs, rhs, acc } => [Some(lhs), Some(rhs), acc.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|expr| &**expr)
+                .collect(),
+            ExprKind::BroadcastTo(value, shape) => [&**value].into_iter().chain(shape).collect(),
+            ExprKind::Select(cond, if_true, if_false) => vec![&**cond, &**if_true, &**if_false],
+            ExprKind::If(if_value) => vec![&if_value.cond],
+        }
+    }
 }
 
 /// Mirrors `kiln_dsl::UnaryOp` (this crate cannot depend on kiln-dsl, which depends on it).

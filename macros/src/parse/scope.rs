@@ -1,5 +1,5 @@
 //! Name resolution while parsing a kernel body: which names are bound where, and which variables
-//! each open `for` or `if` must carry because its body assigns them.
+//! each open `for` or `if` (a statement or a value) must carry because its body assigns them.
 
 use syn::Ident;
 
@@ -24,7 +24,7 @@ struct Binding {
     kind: BindingKind,
 }
 
-/// A `for` or `if` whose body is being parsed.
+/// A `for` or `if` (a statement or a value) whose body is being parsed.
 struct OpenRegion {
     /// Bindings on scope levels below this one are declared outside the region.
     first_level: usize,

@@ -1,10 +1,12 @@
-//! Statements: `let`, assignments, `store`/`static_assert` calls, `for` loops and `if`s.
+//! Statements: `let`, assignments, `store`/`static_assert` calls, `for` loops and `if`s; and `if`s
+//! used as values, whose branches are statements ending with a value.
 
+use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{BinOp, Ident, Pat, RangeLimits};
 
 use super::BodyParser;
-use super::model::{BinaryOp, Block, Expr, ExprKind, ForLoop, IfElse, Stmt};
+use super::model::{BinaryOp, Block, Expr, ExprKind, ForLoop, IfElse, IfValue, Stmt, ValueBlock};
 use super::scope::BindingKind;
 
 impl BodyParser {
@@ -79,6 +81,12 @@ impl BodyParser {
 
     /// A new binding may shadow anything but a dtype parameter, which stands for a `DType`.
     fn check_new_name(&self, name: &Ident) -> syn::Result<()> {
+        if name == "SIGNATURE" {
+            return Err(syn::Error::new_spanned(
+                name,
+                "`SIGNATURE` names the kernel's generated signature; choose another name",
+            ));
+        }
         if self.scopes.lookup(name) == Some(BindingKind::DTypeParam) {
             return Err(syn::Error::new_spanned(
                 name,
@@ -100,6 +108,17 @@ impl BodyParser {
                 let name = self.parse_assignment_target(&binary.left)?;
                 let current = self.parse_expr(&binary.left)?;
                 let operand = self.parse_expr(&binary.right)?;
+                if operand.assigned().contains(&&name) {
+                    // Rust would evaluate the right side first; say so rather than pick an order.
+                    let op = binary.op.to_token_stream().to_string();
+                    return Err(syn::Error::new_spanned(
+                        &binary.right,
+                        format!(
+                            "this value assigns `{name}`, which `{op}` also updates; bind it with \
+                             `let value = ...;` first, then write `{name} {op} value`"
+                        ),
+                    ));
+                }
                 let value = Expr {
                     kind: ExprKind::Binary(op, Box::new(current), Box::new(operand)),
                     span: binary.span(),
@@ -122,7 +141,7 @@ impl BodyParser {
 
     /// An expression statement that is not an effect: refused, after refusing what is
     /// unsupported inside it, so that the more precise error wins.
-    fn unused_value(&self, expr: &syn::Expr) -> syn::Result<Stmt> {
+    fn unused_value(&mut self, expr: &syn::Expr) -> syn::Result<Stmt> {
         self.parse_expr(expr)?;
         Err(syn::Error::new_spanned(
             expr,
@@ -224,7 +243,7 @@ impl BodyParser {
     }
 
     /// `start..end` or `(start..end).step_by(step)`.
-    fn parse_for_range(&self, expr: &syn::Expr) -> syn::Result<(Expr, Expr, Option<Expr>)> {
+    fn parse_for_range(&mut self, expr: &syn::Expr) -> syn::Result<(Expr, Expr, Option<Expr>)> {
         let (range, step) = match expr {
             syn::Expr::Range(range) => (range, None),
             syn::Expr::MethodCall(call) if call.method == "step_by" && call.args.len() == 1 => {
@@ -251,13 +270,7 @@ impl BodyParser {
     }
 
     fn parse_if(&mut self, expr_if: &syn::ExprIf) -> syn::Result<IfElse> {
-        if let syn::Expr::Let(let_expr) = &*expr_if.cond {
-            return Err(syn::Error::new_spanned(
-                let_expr,
-                "`if let` is not supported in a kernel",
-            ));
-        }
-        let cond = self.parse_expr(&expr_if.cond)?;
+        let cond = self.parse_if_condition(expr_if)?;
         self.scopes.open_region();
         let then_block = self.parse_block(&expr_if.then_branch)?;
         let else_block = match &expr_if.else_branch {
@@ -285,6 +298,112 @@ impl BodyParser {
             carried,
             span: expr_if.if_token.span,
         })
+    }
+
+    fn parse_if_condition(&mut self, expr_if: &syn::ExprIf) -> syn::Result<Expr> {
+        if let syn::Expr::Let(let_expr) = &*expr_if.cond {
+            return Err(syn::Error::new_spanned(
+                let_expr,
+                "`if let` is not supported in a kernel",
+            ));
+        }
+        self.parse_expr(&expr_if.cond)
+    }
+
+    /// An `if` used as a value: each branch ends with its value, so an `else` is required. Its
+    /// branches may assign variables declared before it, as a statement `if`'s may.
+    pub(super) fn parse_if_value(&mut self, expr_if: &syn::ExprIf) -> syn::Result<IfValue> {
+        let cond = self.parse_if_condition(expr_if)?;
+        let Some((_, else_branch)) = &expr_if.else_branch else {
+            return Err(syn::Error::new_spanned(
+                expr_if,
+                "an `if` used as a value needs an `else` giving a value too: write \
+                 `if cond { a } else { b }` (or `where_(cond, a, b)` on tiles)",
+            ));
+        };
+        self.scopes.open_region();
+        let then_branch = self.parse_value_block(&expr_if.then_branch)?;
+        let else_branch = match &**else_branch {
+            syn::Expr::Block(block) if block.label.is_none() => {
+                self.parse_value_block(&block.block)?
+            }
+            syn::Expr::If(else_if) => ValueBlock {
+                block: Block { stmts: Vec::new() },
+                value: Expr {
+                    kind: ExprKind::If(Box::new(self.parse_if_value(else_if)?)),
+                    span: else_if.span(),
+                },
+            },
+            other => {
+                return Err(syn::Error::new_spanned(
+                    other,
+                    "an `else` in a kernel is followed by a block or another `if`",
+                ));
+            }
+        };
+        let carried = self.scopes.close_region();
+        Ok(IfValue {
+            cond,
+            then_branch,
+            else_branch,
+            carried,
+            span: expr_if.if_token.span,
+        })
+    }
+
+    /// A branch of an `if` used as a value: statements, in a scope of their own, and the value
+    /// they end with (an expression without `;`).
+    fn parse_value_block(&mut self, block: &syn::Block) -> syn::Result<ValueBlock> {
+        let (stmts, value) = match block.stmts.split_last() {
+            Some((syn::Stmt::Expr(value, None), stmts)) => (stmts, Some(value)),
+            _ => (block.stmts.as_slice(), None),
+        };
+        if value.is_none()
+            && let Some(syn::Stmt::Expr(last, Some(semicolon))) = block.stmts.last()
+            && !is_statement(last)
+        {
+            return Err(syn::Error::new_spanned(
+                semicolon,
+                "this `;` drops the value this branch should give: an `if` used as a value \
+                 ends each branch with its value; remove the `;`",
+            ));
+        }
+        self.scopes.push_level();
+        let mut parsed = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            parsed.push(self.parse_stmt(stmt)?);
+        }
+        let Some(value) = value else {
+            return Err(syn::Error::new_spanned(
+                block,
+                "this branch of an `if` used as a value gives no value: end it with the value, \
+                 without `;`, as in `if cond { ..; a } else { ..; b }`",
+            ));
+        };
+        let value = self.parse_expr(value)?;
+        self.scopes.pop_level();
+        Ok(ValueBlock {
+            block: Block { stmts: parsed },
+            value,
+        })
+    }
+}
+
+/// Whether an expression statement is one that gives no value (an assignment, a loop, an `if`, a
+/// `store`), so that a `;` after it drops nothing.
+fn is_statement(expr: &syn::Expr) -> bool {
+    match expr {
+        syn::Expr::Assign(_)
+        | syn::Expr::ForLoop(_)
+        | syn::Expr::While(_)
+        | syn::Expr::Loop(_)
+        | syn::Expr::If(_) => true,
+        syn::Expr::Binary(binary) => compound_assignment_op(&binary.op).is_some(),
+        syn::Expr::Call(call) => matches!(
+            &*call.func,
+            syn::Expr::Path(path) if path.path.is_ident("store") || path.path.is_ident("static_assert")
+        ),
+        _ => false,
     }
 }
 
