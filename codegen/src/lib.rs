@@ -1,7 +1,231 @@
-//! kiln-codegen: lowers checked tile IR (kiln-dsl) through named stages to PTX — layout
-//! assignment, LLVM NVVM IR through inkwell, the NVPTX back end — and will be the only crate that
-//! links LLVM.
+//! kiln-codegen: lowers a checked kernel of tile IR (kiln-dsl) to PTX, through named stages that
+//! can each be dumped as text. It is the only crate of kiln that links LLVM (19, statically,
+//! through inkwell).
 //!
 //! Where it sits: after kiln-dsl's builder and semantic checks, beside the CPU interpreter (which
-//! defines what a kernel means); kiln-runtime loads what it emits. It holds no stages yet: the
-//! "Codegen" issue builds them, and until then kiln runs its kernels on the interpreter only.
+//! defines what a kernel means: the PTX must agree with it within rounding); kiln-runtime loads
+//! what it emits.
+//!
+//! The stages, one module each, in the order [`compile`] runs them (Triton's ttir -> ttgir ->
+//! llir -> ptx):
+//!
+//! | stage | module | what its dump shows |
+//! | --- | --- | --- |
+//! | `tile` | kiln-dsl | the checked tile IR, as kiln-dsl prints it |
+//! | `layout` | [`layout`] | the same IR with a [`layout::Layout`] on every tile value |
+//! | `llir` | [`llvm`] | LLVM NVVM IR as lowered, verified (each thread's registers, per op) |
+//! | `llir-opt` | [`ptx`] | the LLVM IR after LLVM's `O3` pipeline: what the NVPTX back end gets |
+//! | `ptx` | [`ptx`] | PTX for the chosen [`Target`], byte-identical for the same input |
+//!
+//! What lowers today: 1-D tiles in blocked layouts, scalars, elementwise arithmetic, casts,
+//! compares and selects, pointer arithmetic, masked loads and stores, `program_id` and
+//! `num_programs`, scalar `for` and `if`. Anything else is a [`CodegenError::Unsupported`]
+//! naming the op and its DSL source line.
+
+pub mod error;
+pub mod layout;
+pub mod llvm;
+pub mod ptx;
+
+use std::fmt;
+use std::str::FromStr;
+
+use inkwell::context::Context;
+use kiln_dsl::Kernel;
+
+pub use error::CodegenError;
+pub use layout::Layout;
+
+/// The GPU architecture PTX is emitted for, with the PTX ISA version it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// Ampere and later (runs on Hopper too): PTX ISA 7.0.
+    Sm80,
+    /// Hopper with its architecture-specific features (wgmma, TMA): PTX ISA 8.0; runs on sm_90 only.
+    Sm90a,
+}
+
+impl Target {
+    pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90a];
+
+    /// The LLVM CPU name, which is also the PTX `.target` and ptxas's `-arch`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Sm80 => "sm_80",
+            Target::Sm90a => "sm_90a",
+        }
+    }
+
+    /// The LLVM target features: the PTX ISA version.
+    pub fn features(self) -> &'static str {
+        match self {
+            Target::Sm80 => "+ptx70",
+            Target::Sm90a => "+ptx80",
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Target {
+    type Err = CodegenError;
+
+    fn from_str(name: &str) -> Result<Target, CodegenError> {
+        Target::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| CodegenError::Options {
+                message: format!("expected a target of sm_80 or sm_90a, got `{name}`"),
+            })
+    }
+}
+
+/// How to compile a kernel: for which GPU, with how many warps per program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    pub target: Target,
+    /// Warps per program (per CUDA block): a power of two from 1 to 32.
+    pub num_warps: u32,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
+            target: Target::Sm80,
+            num_warps: 4,
+        }
+    }
+}
+
+impl CompileOptions {
+    pub fn new(target: Target, num_warps: u32) -> CompileOptions {
+        CompileOptions { target, num_warps }
+    }
+
+    /// Threads per program: what a launch must give as the block size.
+    pub fn threads_per_block(&self) -> u32 {
+        self.num_warps * layout::THREADS_PER_WARP
+    }
+
+    /// Checks what every stage relies on: a power-of-two number of warps a block can hold.
+    pub fn validate(&self) -> Result<(), CodegenError> {
+        if !self.num_warps.is_power_of_two() || self.num_warps > 32 {
+            return Err(CodegenError::Options {
+                message: format!(
+                    "expected num_warps to be a power of two from 1 to 32, got {}",
+                    self.num_warps
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A named pipeline stage; [`Compiled::stage`] gives its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    Tile,
+    Layout,
+    Llir,
+    LlirOpt,
+    Ptx,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 5] = [
+        Stage::Tile,
+        Stage::Layout,
+        Stage::Llir,
+        Stage::LlirOpt,
+        Stage::Ptx,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Tile => "tile",
+            Stage::Layout => "layout",
+            Stage::Llir => "llir",
+            Stage::LlirOpt => "llir-opt",
+            Stage::Ptx => "ptx",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Stage {
+    type Err = CodegenError;
+
+    fn from_str(name: &str) -> Result<Stage, CodegenError> {
+        Stage::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| CodegenError::Options {
+                message: format!(
+                    "expected a stage of tile, layout, llir, llir-opt or ptx, got `{name}`"
+                ),
+            })
+    }
+}
+
+/// A compiled kernel: the text of every stage, the PTX last, and what a launch needs to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compiled {
+    /// The kernel's name, which is also the PTX entry's name.
+    pub name: String,
+    pub options: CompileOptions,
+    /// The text of each stage, in [`Stage::ALL`] order.
+    stages: Vec<String>,
+}
+
+impl Compiled {
+    /// The dump of one stage.
+    pub fn stage(&self, stage: Stage) -> &str {
+        &self.stages[Stage::ALL
+            .iter()
+            .position(|&s| s == stage)
+            .expect("Stage::ALL lists every stage")]
+    }
+
+    /// The dump of the stage called `name` (`tile`, `layout`, `llir`, `llir-opt`, `ptx`).
+    pub fn dump(&self, name: &str) -> Result<&str, CodegenError> {
+        Ok(self.stage(name.parse()?))
+    }
+
+    pub fn ptx(&self) -> &str {
+        self.stage(Stage::Ptx)
+    }
+
+    /// The block size a launch must use: `32 * num_warps` threads along x.
+    pub fn threads_per_block(&self) -> u32 {
+        self.options.threads_per_block()
+    }
+}
+
+/// Runs every stage on `kernel`: layouts, LLVM IR (verified), LLVM's optimisation, PTX.
+pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, CodegenError> {
+    options.validate()?;
+    let layouts = layout::assign(kernel, options)?;
+    let layout_text = layouts.to_text(kernel)?;
+    // One LLVM context per compile: nothing is shared between threads or between kernels.
+    let context = Context::create();
+    let machine = ptx::target_machine(options.target)?;
+    let module = llvm::lower(&context, kernel, &layouts, options, &machine)?;
+    let llir = module.print_to_string().to_string();
+    ptx::optimize(&module, &machine)?;
+    let llir_opt = module.print_to_string().to_string();
+    let ptx = ptx::emit(&module, &machine)?;
+    Ok(Compiled {
+        name: kernel.name().to_string(),
+        options: options.clone(),
+        stages: vec![kernel.to_string(), layout_text, llir, llir_opt, ptx],
+    })
+}

@@ -1,6 +1,21 @@
-//! kiln-runtime: loads PTX through the CUDA driver (cudarc), caches modules in memory and on disk,
-//! and launches kernels with arguments checked against their signatures.
+//! kiln-runtime: loads PTX through the CUDA driver (cudarc) and launches kernels with arguments
+//! checked against their signatures.
 //!
-//! Where it sits: after kiln-codegen (which makes PTX) and under kiln-kernels' GPU API. It holds
-//! no driver code yet: the "Codegen" issue adds the minimal loader its GPU tests need, and the
-//! "Runtime" issue grows it.
+//! Where it sits: after kiln-codegen (which makes PTX) and under kiln-kernels' GPU API. It links
+//! no LLVM and needs no CUDA toolkit: the driver library (`libcuda.so`) is loaded when a
+//! [`Device`] is first opened, so everything builds on a machine without a GPU.
+//!
+//! What it holds today is the minimal loader the GPU tests need: a [`Device`] (the current
+//! context's device, or device 0's primary context), [`Module`]s loaded from PTX text,
+//! [`DeviceBuffer`]s copied to and from the interpreter's [`kiln_dsl::HostBuffer`]s, and
+//! [`Device::launch`]. The "Runtime" issue grows it (module cache, typed launches, JIT).
+
+mod buffer;
+mod device;
+mod error;
+mod launch;
+
+pub use buffer::DeviceBuffer;
+pub use device::{Device, Function, Module};
+pub use error::RuntimeError;
+pub use launch::{LaunchArg, LaunchConfig, ParamType};

@@ -1,0 +1,544 @@
+//! kiln-codegen's tests, all in one binary because each test binary links LLVM (a long link):
+//! golden layout text, byte-identical PTX, the verifier on every op the lowering knows, errors
+//! that name the op and its line, ptxas on the PTX for sm_80 and sm_90a, and the PTX that
+//! kiln-runtime's GPU test carries, kept up to date.
+//!
+//! Regenerate golden files and the GPU test's PTX with `KILN_BLESS=1 cargo test -p kiln-codegen`.
+//! ptxas is taken from `KILN_PTXAS` (CI sets it; it must then work) or `PATH`; without it the
+//! ptxas test says so and passes.
+
+#[path = "../../runtime/tests/gpu/cases.rs"]
+mod cases;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kiln_codegen::layout::{BlockedLayout, Layout};
+use kiln_codegen::{CodegenError, CompileOptions, Compiled, Stage, Target, compile};
+use kiln_dsl::prelude::*;
+use kiln_dsl::{Kernel, Spec};
+
+fn blessing() -> bool {
+    std::env::var_os("KILN_BLESS").is_some()
+}
+
+/// Compares `actual` with the golden `expected` text, printing a line diff on mismatch.
+#[track_caller]
+fn check_text(actual: &str, expected: &str) {
+    if actual.trim_end() == expected.trim_end() {
+        return;
+    }
+    let mut diff = String::new();
+    let (a, e): (Vec<&str>, Vec<&str>) = (actual.lines().collect(), expected.lines().collect());
+    for i in 0..a.len().max(e.len()) {
+        match (e.get(i), a.get(i)) {
+            (Some(x), Some(y)) if x == y => {
+                let _ = writeln!(diff, "  {x}");
+            }
+            (x, y) => {
+                if let Some(x) = x {
+                    let _ = writeln!(diff, "- {x}");
+                }
+                if let Some(y) = y {
+                    let _ = writeln!(diff, "+ {y}");
+                }
+            }
+        }
+    }
+    panic!("text differs from the golden text (- expected, + actual):\n{diff}");
+}
+
+/// Compares `actual` with the file at `path`, or writes it there when blessing.
+#[track_caller]
+fn check_file(path: &Path, actual: &str) {
+    if blessing() {
+        std::fs::write(path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with KILN_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    check_text(actual, &expected);
+}
+
+fn compile_case(case: &cases::Case) -> Compiled {
+    let target: Target = case.target.parse().unwrap();
+    compile(&case.kernel, &CompileOptions::new(target, case.num_warps))
+        .unwrap_or_else(|e| panic!("{}: {e}", case.name))
+}
+
+fn case(name: &str) -> cases::Case {
+    cases::cases()
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no GPU case named {name}"))
+}
+
+fn manifest_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+// ---- the layout stage ----
+
+fn golden_layout(name: &str, case_name: &str) {
+    let compiled = compile_case(&case(case_name));
+    let path = manifest_path(&format!("tests/golden/{name}.layout"));
+    check_file(&path, compiled.stage(Stage::Layout));
+}
+
+#[test]
+fn layout_of_an_f16_vector_add_gives_each_thread_16_bytes() {
+    golden_layout("vector_add_f16_b1024", "vector_add_f16_b1024_w4_sm_80");
+}
+
+#[test]
+fn layout_of_an_f32_vector_add_repeats_16_byte_chunks() {
+    golden_layout("vector_add_f32_b1024", "vector_add_f32_b1024_w4_sm_80");
+}
+
+#[test]
+fn layout_of_a_tile_smaller_than_the_block_wraps() {
+    golden_layout("vector_add_f16_b64", "vector_add_f16_b64_w4_sm_80");
+}
+
+#[test]
+fn layout_covers_loops_and_branches() {
+    golden_layout("scale_loop_bf16_b256", "scale_loop_bf16_b256_w4_sm_80");
+}
+
+/// Every element of the tile has exactly one owner, and every register lies inside the tile.
+fn check_coverage(layout: &BlockedLayout, shape: &[usize]) {
+    let warps: u32 = layout.warps_per_cta.iter().product();
+    let lanes: u32 = layout.threads_per_warp.iter().product();
+    let total: usize = shape.iter().product();
+    let mut owners = vec![0; total];
+    for warp in 0..warps {
+        for lane in 0..lanes {
+            for register in 0..layout.elements_per_thread(shape) {
+                let position = layout.position(shape, warp, lane, register);
+                let linear = position.coords.iter().zip(shape).fold(0, |acc, (&c, &s)| {
+                    assert!(c < s, "{layout} {shape:?}: {position:?}");
+                    acc * s + c
+                });
+                owners[linear] += position.owner as usize;
+            }
+        }
+    }
+    assert!(
+        owners.iter().all(|&n| n == 1),
+        "{layout} {shape:?}: owners per element {owners:?}"
+    );
+}
+
+#[test]
+fn blocked_layouts_give_every_element_one_owner() {
+    for size_per_thread in [1, 2, 4, 8] {
+        for num_warps in [1, 4, 8] {
+            for len in [1, 16, 64, 128, 512, 1024, 4096] {
+                check_coverage(&BlockedLayout::one_dim(size_per_thread, num_warps), &[len]);
+            }
+        }
+    }
+    let two_dim = BlockedLayout {
+        size_per_thread: vec![1, 4],
+        threads_per_warp: vec![4, 8],
+        warps_per_cta: vec![2, 2],
+        order: vec![1, 0],
+    };
+    for shape in [[8, 32], [64, 64], [4, 16], [16, 128]] {
+        check_coverage(&two_dim, &shape);
+    }
+}
+
+#[test]
+fn layouts_print_like_tritons_gpu_dialect() {
+    let blocked = Layout::Blocked(BlockedLayout::one_dim(4, 8));
+    assert_eq!(
+        blocked.to_string(),
+        "#blocked<{size_per_thread = [4], threads_per_warp = [32], warps_per_cta = [8], order = [0]}>"
+    );
+    let mma = Layout::Mma(kiln_codegen::layout::MmaLayout {
+        version: kiln_codegen::layout::MmaVersion::V2,
+        warps_per_cta: vec![4, 1],
+        instr_shape: vec![16, 8],
+    });
+    let operand = Layout::DotOperand(kiln_codegen::layout::DotOperandLayout {
+        parent: Box::new(mma.clone()),
+        op_index: 0,
+        k_width: 2,
+    });
+    assert_eq!(
+        operand.to_string(),
+        "#dot_op<{op_index = 0, parent = #mma<{version = 2, warps_per_cta = [4, 1], instr_shape = [16, 8]}>, k_width = 2}>"
+    );
+    let row = Layout::Slice(kiln_codegen::layout::SliceLayout {
+        parent: Box::new(mma),
+        dim: 1,
+    });
+    assert_eq!(
+        row.to_string(),
+        "#slice<{dim = 1, parent = #mma<{version = 2, warps_per_cta = [4, 1], instr_shape = [16, 8]}>}>"
+    );
+    let shared = Layout::Shared(kiln_codegen::layout::SharedLayout {
+        vec: 8,
+        per_phase: 1,
+        max_phase: 8,
+        order: vec![1, 0],
+    });
+    assert_eq!(
+        shared.to_string(),
+        "#shared<{vec = 8, per_phase = 1, max_phase = 8, order = [1, 0]}>"
+    );
+    assert!(!shared.is_distributed());
+}
+
+// ---- the lowering and the ptx stage ----
+
+#[test]
+fn every_stage_dumps_by_name() {
+    let compiled = compile_case(&case("vector_add_f16_b1024_w4_sm_90a"));
+    for stage in Stage::ALL {
+        assert_eq!(compiled.dump(stage.name()).unwrap(), compiled.stage(stage));
+    }
+    assert!(
+        compiled
+            .stage(Stage::Tile)
+            .starts_with("kernel @vector_add<")
+    );
+    assert!(compiled.stage(Stage::Layout).starts_with("#blocked = "));
+    let llir = compiled.stage(Stage::Llir);
+    assert!(
+        llir.contains(r#"!{ptr @vector_add, !"kernel", i32 1}"#),
+        "{llir}"
+    );
+    let ptx = compiled.ptx();
+    assert!(ptx.contains(".target sm_90a"), "{ptx}");
+    assert!(ptx.contains(".version 8.0"), "{ptx}");
+    assert!(ptx.contains(".visible .entry vector_add("), "{ptx}");
+    assert!(ptx.contains(".maxntid 128, 1, 1"), "{ptx}");
+    assert_eq!(compiled.threads_per_block(), 128);
+    let err = compiled.dump("ttgir").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid compile options: expected a stage of tile, layout, llir, llir-opt or ptx, got `ttgir`"
+    );
+}
+
+#[test]
+fn the_same_kernel_gives_byte_identical_ptx() {
+    for name in [
+        "vector_add_f16_b1024_w4_sm_80",
+        "scale_loop_bf16_b256_w4_sm_90a",
+    ] {
+        let first = compile_case(&case(name));
+        let again = compile_case(&case(name));
+        let elsewhere = std::thread::spawn(move || compile_case(&case(name)))
+            .join()
+            .unwrap();
+        for stage in Stage::ALL {
+            assert_eq!(first.stage(stage), again.stage(stage), "{name} {stage}");
+            assert_eq!(first.stage(stage), elsewhere.stage(stage), "{name} {stage}");
+        }
+    }
+}
+
+#[test]
+fn float_math_is_not_contracted_into_fma() {
+    // `acc * scale + v` must round twice, as the interpreter does.
+    let ptx = compile_case(&case("scale_loop_f32_b256_w4_sm_80"))
+        .ptx()
+        .to_string();
+    assert!(ptx.contains("mul.rn.f32"), "{ptx}");
+    assert!(!ptx.contains("fma"), "{ptx}");
+}
+
+#[test]
+fn masked_accesses_are_predicated_not_speculated() {
+    let ptx = compile_case(&case("vector_add_f32_b1024_w4_sm_80"))
+        .ptx()
+        .to_string();
+    // Every global access sits behind a branch on its mask: as many guarded branches as loads
+    // and stores (8 registers per thread: 16 loads, 8 stores).
+    let accesses = ptx.matches("ld.global").count() + ptx.matches("st.global").count();
+    assert_eq!(accesses, 24, "{ptx}");
+    assert!(ptx.matches("bra").count() >= accesses, "{ptx}");
+}
+
+/// Every elementwise op, cast and control-flow form the lowering knows, in f16, bf16 and f32:
+/// the verifier accepts each module, and ptxas its PTX (in the ptxas test below).
+#[kernel]
+fn every_op<T, const BLOCK: usize>(
+    x: Ptr<T>,
+    ints: Ptr<i32>,
+    wide: Ptr<i64>,
+    flags: Ptr<bool>,
+    out: Ptr<T>,
+    n: i32,
+    s: f32,
+) {
+    let offs = program_id(0) * BLOCK + arange(0, BLOCK);
+    let mask = offs < n;
+    let v = load(x + offs, mask).to::<f32>();
+    let i = load(ints + offs, mask, 7);
+    let w = load(wide + offs, mask);
+    let f = load(flags + offs, mask);
+    let math =
+        exp(v) + exp2(v) + log(abs(v)) + log2(abs(v)) + tanh(v) + sqrt(abs(v)) + rsqrt(abs(v));
+    let arith = maximum(-v, v * s) - minimum(v / s, v) + (v * 2.0).to::<T>().to::<f32>();
+    let int_math = (i / 3 + i % 5 - abs(i) * (i << 2) + (i >> 1)) ^ (i & 12) | (!i);
+    let int_minmax = maximum(i, 0) + minimum(i, 10) + (w / 2 + w % 3 - w).to::<i32>();
+    let logic = (f && (v > 0.0)) || (f ^ (i == 3)) || !(v <= 1.0) || (i != 2) && (v >= -1.0);
+    let casts =
+        v.to::<i32>() + v.to::<i64>().to::<i32>() + logic.to::<i32>() + i.to::<f32>().to::<i32>();
+    let mut total =
+        where_(logic, math + arith, arith) + (int_math + int_minmax + casts).to::<f32>();
+    for k in (0..n).step_by(BLOCK) {
+        if k > 4 * BLOCK {
+            total = total + 1.0;
+        } else {
+            total = total * 0.5;
+        }
+    }
+    store(out + offs, total.to::<T>(), mask);
+    store(flags + offs, logic, mask);
+    store(wide + offs, w + offs.to::<i64>() * (1 << 40), mask);
+    store(ints + program_id(0), num_programs(0));
+}
+
+fn every_op_kernels() -> Vec<(String, Kernel)> {
+    [F16, BF16, F32]
+        .into_iter()
+        .map(|dtype| {
+            let spec = Spec::new().dtype("T", dtype).int("BLOCK", 512);
+            (format!("every_op_{dtype}"), every_op::build(&spec).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn every_lowered_op_passes_the_verifier_on_both_targets() {
+    for (name, kernel) in every_op_kernels() {
+        for target in Target::ALL {
+            for num_warps in [1, 4, 8] {
+                let compiled = compile(&kernel, &CompileOptions::new(target, num_warps))
+                    .unwrap_or_else(|e| panic!("{name} {target} {num_warps}: {e}"));
+                assert!(compiled.ptx().contains(".entry every_op("), "{name}");
+            }
+        }
+    }
+}
+
+// ---- errors ----
+
+#[kernel]
+fn row_sum<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>) {
+    let v = load(x + arange(0, BLOCK));
+    store(out, v.sum(0));
+}
+
+#[kernel]
+fn float_rem(x: Ptr<f32>, out: Ptr<f32>) {
+    let i = arange(0, 128);
+    store(out + i, load(x + i) % 2.0);
+}
+
+/// The 1-based line of this file that contains `text`.
+fn line_of(text: &str) -> u32 {
+    let line = include_str!("codegen.rs")
+        .lines()
+        .position(|l| l.contains(text));
+    line.expect("the text is in this file") as u32 + 1
+}
+
+#[test]
+fn an_op_without_a_layout_names_the_op_and_its_line() {
+    let kernel = row_sum::build(&Spec::new().int("BLOCK", 64)).unwrap();
+    let err = compile(&kernel, &CompileOptions::default()).unwrap_err();
+    let CodegenError::Unsupported { stage, op, loc, .. } = &err else {
+        panic!("expected an unsupported op, got {err}")
+    };
+    assert_eq!((*stage, *op), (Stage::Layout, "reduce_sum"));
+    assert_eq!(loc.line, line_of("store(out, v.sum(0));"), "{err}");
+    let rendered = err.to_string();
+    assert!(
+        rendered.starts_with(
+            "layout stage cannot handle `reduce_sum` yet: reductions need slice layouts"
+        ),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!("\n  --> {}:{}:", loc.file, loc.line)),
+        "{rendered}"
+    );
+}
+
+#[test]
+fn an_op_the_lowering_lacks_names_the_op_and_its_line() {
+    let kernel = float_rem::build(&Spec::new()).unwrap();
+    let err = compile(&kernel, &CompileOptions::default()).unwrap_err();
+    let CodegenError::Unsupported { stage, op, loc, .. } = &err else {
+        panic!("expected an unsupported op, got {err}")
+    };
+    assert_eq!((*stage, *op), (Stage::Llir, "rem"));
+    assert_eq!(
+        loc.line,
+        line_of("store(out + i, load(x + i) % 2.0);"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("float remainder is not lowered yet"),
+        "{err}"
+    );
+}
+
+#[test]
+fn num_warps_must_be_a_power_of_two() {
+    let kernel = case("vector_add_f16_b64_w4_sm_80").kernel;
+    let err = compile(&kernel, &CompileOptions::new(Target::Sm80, 3)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid compile options: expected num_warps to be a power of two from 1 to 32, got 3"
+    );
+    assert_eq!(
+        "sm_70".parse::<Target>().unwrap_err().to_string(),
+        "invalid compile options: expected a target of sm_80 or sm_90a, got `sm_70`"
+    );
+}
+
+// ---- the GPU test's PTX, and ptxas ----
+
+/// kiln-runtime's GPU test carries the PTX of its cases (so that it needs no LLVM): each file
+/// is exactly what codegen makes of its case today, and `ptx/mod.rs` lists them all.
+#[test]
+fn the_gpu_tests_ptx_is_up_to_date() {
+    let dir = manifest_path("../runtime/tests/gpu/ptx");
+    let cases = cases::cases();
+    let mut index = String::from(
+        "//! Generated by kiln-codegen's tests (`KILN_BLESS=1 cargo test -p kiln-codegen`): the PTX\n\
+         //! of every GPU test case, by case name.\n\n\
+         #[rustfmt::skip]\n\
+         pub const PTX: &[(&str, &str)] = &[\n",
+    );
+    for case in &cases {
+        let compiled = compile_case(case);
+        check_file(&dir.join(format!("{}.ptx", case.name)), compiled.ptx());
+        let _ = writeln!(
+            index,
+            "    (\"{0}\", include_str!(\"{0}.ptx\")),",
+            case.name
+        );
+    }
+    index.push_str("];\n");
+    check_file(&dir.join("mod.rs"), &index);
+    let mut stale: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|file| {
+            file != "mod.rs" && !cases.iter().any(|c| *file == format!("{}.ptx", c.name))
+        })
+        .collect();
+    stale.sort();
+    if blessing() {
+        for file in &stale {
+            std::fs::remove_file(dir.join(file)).unwrap();
+        }
+    } else {
+        assert!(
+            stale.is_empty(),
+            "files of no GPU case in {}: {stale:?}",
+            dir.display()
+        );
+    }
+}
+
+/// ptxas from `KILN_PTXAS` (which must then run) or `PATH`.
+fn ptxas() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("KILN_PTXAS") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("ptxas"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Assembles `ptx` for `arch`; returns ptxas's resource report, or its errors with a command
+/// that reproduces them.
+fn assemble(ptxas: &Path, ptx: &str, name: &str, arch: &str) -> Result<String, String> {
+    let dir = std::env::temp_dir().join(format!("kiln-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(format!("{name}.ptx"));
+    let output = dir.join(format!("{name}.cubin"));
+    std::fs::write(&input, ptx).unwrap();
+    let result = Command::new(ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg("--warn-on-spills")
+        .arg(&input)
+        .arg("-o")
+        .arg(&output)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ptxas at {}: {e}", ptxas.display()));
+    let report = String::from_utf8_lossy(&result.stderr).into_owned()
+        + &String::from_utf8_lossy(&result.stdout);
+    if result.status.success() {
+        let _ = std::fs::remove_file(&input);
+        Ok(report)
+    } else {
+        Err(format!(
+            "ptxas failed on {name} for {arch}:\n{report}\nreproduce: {} -arch={arch} -v {}",
+            ptxas.display(),
+            input.display()
+        ))
+    }
+}
+
+/// The sum of the `N bytes stack frame, N bytes spill stores, N bytes spill loads` figures of
+/// a ptxas `-v` report.
+fn spill_and_stack_bytes(report: &str) -> u64 {
+    report
+        .lines()
+        .filter(|line| line.contains("bytes stack frame"))
+        .flat_map(|line| line.split(','))
+        .filter_map(|part| part.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn ptxas_assembles_every_kernel_without_spills() {
+    let Some(ptxas) = ptxas() else {
+        eprintln!("ptxas not found (set KILN_PTXAS): skipping PTX assembly");
+        return;
+    };
+    let mut kernels: Vec<(String, Compiled)> = cases::cases()
+        .iter()
+        .map(|case| (case.name.clone(), compile_case(case)))
+        .collect();
+    for (name, kernel) in every_op_kernels() {
+        for target in Target::ALL {
+            let compiled = compile(&kernel, &CompileOptions::new(target, 4)).unwrap();
+            kernels.push((format!("{name}_{target}"), compiled));
+        }
+    }
+    let mut failures = Vec::new();
+    for (name, compiled) in &kernels {
+        match assemble(&ptxas, compiled.ptx(), name, compiled.options.target.name()) {
+            Ok(report) => {
+                let registers = report
+                    .lines()
+                    .find_map(|l| l.split("Used ").nth(1))
+                    .unwrap_or("?");
+                println!("{name:40} {registers}");
+                if spill_and_stack_bytes(&report) != 0 {
+                    failures.push(format!("{name} spills or uses a stack frame:\n{report}"));
+                }
+            }
+            Err(message) => failures.push(message),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -1,0 +1,207 @@
+//! A GPU as kiln uses it: one context, one stream, modules loaded from PTX text.
+
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result, sys};
+use cudarc::nvrtc::Ptx;
+
+use crate::RuntimeError;
+use crate::error::driver_message;
+use crate::launch::ParamType;
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// A device's primary context and a stream on it; everything kiln-runtime does goes through one.
+#[derive(Debug, Clone)]
+pub struct Device {
+    pub(crate) context: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+}
+
+impl Device {
+    /// The device of the context current on this thread (so that kiln shares a GPU with a host
+    /// program such as PyTorch), else device 0. kiln uses that device's primary context, as the
+    /// CUDA runtime does.
+    pub fn current_or_default() -> Result<Device> {
+        // Safety: only probes whether the library loads.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RuntimeError::NoDriver);
+        }
+        result::init().map_err(|e| RuntimeError::driver("initialising the driver", e))?;
+        let ordinal = current_device_ordinal()?.unwrap_or(0);
+        let context = CudaContext::new(ordinal).map_err(|e| {
+            RuntimeError::driver(
+                format!("opening the primary context of device {ordinal}"),
+                e,
+            )
+        })?;
+        let stream = context.default_stream();
+        Ok(Device { context, stream })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.context.ordinal()
+    }
+
+    pub fn name(&self) -> Result<String> {
+        self.context
+            .name()
+            .map_err(|e| RuntimeError::driver("reading the device name", e))
+    }
+
+    /// `(major, minor)`: `(9, 0)` on an H100 or H200.
+    pub fn compute_capability(&self) -> Result<(i32, i32)> {
+        self.context
+            .compute_capability()
+            .map_err(|e| RuntimeError::driver("reading the compute capability", e))
+    }
+
+    /// Loads a module from PTX text; a PTX the driver refuses comes back with its JIT log.
+    pub fn load_module(&self, name: &str, ptx: &str) -> Result<Module> {
+        let module = self.context.load_module(Ptx::from_src(ptx)).map_err(|e| {
+            let mut message = driver_message(e);
+            if let Some(log) = jit_error_log(ptx) {
+                message.push_str(&format!("; jit log:\n{log}"));
+            }
+            RuntimeError::Driver {
+                action: format!("loading module `{name}`"),
+                message,
+            }
+        })?;
+        Ok(Module {
+            name: name.to_string(),
+            module,
+        })
+    }
+
+    /// Waits for everything queued on this device's stream; a fault in a kernel surfaces here.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| RuntimeError::driver("synchronizing", e))
+    }
+}
+
+/// The ordinal of the device whose context is current on this thread, if one is.
+fn current_device_ordinal() -> Result<Option<usize>> {
+    let current = result::ctx::get_current()
+        .map_err(|e| RuntimeError::driver("reading the current context", e))?;
+    if current.is_none() {
+        return Ok(None);
+    }
+    let mut device: sys::CUdevice = 0;
+    // Safety: a context is current, and `device` is a valid place for the answer.
+    unsafe { sys::cuCtxGetDevice(&mut device) }
+        .result()
+        .map_err(|e| RuntimeError::driver("reading the current context's device", e))?;
+    // A device handle is not promised to equal its ordinal: look it up.
+    let count =
+        result::device::get_count().map_err(|e| RuntimeError::driver("counting devices", e))?;
+    for ordinal in 0..count {
+        let handle =
+            result::device::get(ordinal).map_err(|e| RuntimeError::driver("listing devices", e))?;
+        if handle == device {
+            return Ok(Some(ordinal as usize));
+        }
+    }
+    Ok(None)
+}
+
+/// Loads `ptx` again, asking the JIT for its error log: only called after a load failed.
+fn jit_error_log(ptx: &str) -> Option<String> {
+    let source = CString::new(ptx).ok()?;
+    let mut log = vec![0u8; 1 << 14];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // The driver reads a buffer size passed as the option's pointer-sized value.
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // Safety: `source` is NUL-terminated PTX; the options name a live buffer and its size.
+    let status = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            source.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if status.result().is_ok() {
+        // Safety: the module was just loaded and nothing else refers to it.
+        let _ = unsafe { sys::cuModuleUnload(module) };
+        return None;
+    }
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    Some(String::from_utf8_lossy(&log[..end]).into_owned())
+}
+
+/// A loaded PTX module.
+#[derive(Debug, Clone)]
+pub struct Module {
+    name: String,
+    module: Arc<CudaModule>,
+}
+
+impl Module {
+    /// The kernel `name` of this module, which takes parameters as `params` says.
+    pub fn function(&self, name: &str, params: Vec<ParamType>) -> Result<Function> {
+        let function = self.module.load_function(name).map_err(|e| {
+            RuntimeError::driver(
+                format!("finding kernel `{name}` in module `{}`", self.name),
+                e,
+            )
+        })?;
+        Ok(Function {
+            name: name.to_string(),
+            params,
+            function,
+        })
+    }
+}
+
+/// A kernel entry of a loaded module, with the parameter types launches are checked against.
+#[derive(Debug, Clone)]
+pub struct Function {
+    pub(crate) name: String,
+    pub(crate) params: Vec<ParamType>,
+    pub(crate) function: CudaFunction,
+}
+
+impl Function {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn params(&self) -> &[ParamType] {
+        &self.params
+    }
+
+    /// Registers per thread, as the driver compiled the PTX for this GPU.
+    pub fn num_registers(&self) -> Result<i32> {
+        self.function
+            .num_regs()
+            .map_err(|e| RuntimeError::driver(format!("reading `{}`'s registers", self.name), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without a driver (CI), opening a device is an error that says so, never a panic.
+    #[test]
+    fn no_driver_is_an_error() {
+        // Safety: only probes whether the library loads.
+        if unsafe { sys::is_culib_present() } {
+            return;
+        }
+        let err = Device::current_or_default().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no cuda driver: expected libcuda.so (the nvidia driver) on the library path"
+        );
+    }
+}
