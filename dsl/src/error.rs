@@ -51,6 +51,31 @@ impl Error {
         }
     }
 
+    /// This error, raised inside `#[kernel_fn]` `function` called at `call`: a semantic error's
+    /// message also says where the function was called from, innermost call first; the same call
+    /// repeated (a function that calls itself) is counted rather than repeated.
+    pub fn called_from(self, function: &str, call: Loc) -> Error {
+        let Error::Semantic { loc, message } = self else {
+            return self;
+        };
+        let frame = format!(" (in `{function}`, called at {call}");
+        let message = match message.rsplit_once(&frame) {
+            Some((before, ")")) => format!("{before}{frame}, 2 times)"),
+            Some((before, rest)) => {
+                let repeated = rest
+                    .strip_prefix(", ")
+                    .and_then(|rest| rest.strip_suffix(" times)"))
+                    .and_then(|count| count.parse::<usize>().ok());
+                match repeated {
+                    Some(count) => format!("{before}{frame}, {} times)", count + 1),
+                    None => format!("{message}{frame})"),
+                }
+            }
+            None => format!("{message}{frame})"),
+        };
+        Error::Semantic { loc, message }
+    }
+
     pub fn message(&self) -> &str {
         match self {
             Error::Semantic { message, .. }

@@ -1,9 +1,10 @@
 //! kiln-dsl: the tile IR and everything about it that needs no GPU.
 //!
 //! Where it sits: `#[kiln::kernel]` (kiln-macros) turns a Rust `fn` into calls of this crate's
-//! [`Builder`]; building at a [`Spec`] gives a checked [`Kernel`] (the IR in [`ir`]), which the
-//! CPU [`interp`]reter runs and kiln-codegen lowers to PTX. The interpreter defines what a kernel
-//! means; the GPU agrees with it within rounding.
+//! [`Builder`], and `#[kiln::kernel_fn]` one into a function a kernel's calls inline (see
+//! [`Builder::call_fn`]); building at a [`Spec`] gives a checked [`Kernel`] (the IR in [`ir`]),
+//! which the CPU [`interp`]reter runs and kiln-codegen lowers to PTX. The interpreter defines what
+//! a kernel means; the GPU agrees with it within rounding.
 //!
 //! - [`types`]: dtypes and value types; [`ir`]: ops, instructions, regions, the IR's rules.
 //! - [`builder`]: one method per DSL construct; all shape/type checks live in its `semantic` module.
@@ -27,20 +28,20 @@ pub mod printer;
 pub mod signature;
 pub mod types;
 
-pub use builder::{Builder, ForScope, IfScope};
+pub use builder::{Builder, FnResult, FnType, ForScope, IfScope};
 pub use error::{Error, Loc, Result};
 pub use interp::{Grid, HostBuffer, KernelArg, run};
 
 pub use ir::{BinaryOp, CmpOp, Kernel, ReduceOp, UnaryOp, Value};
-pub use kiln_macros::kernel;
+pub use kiln_macros::{kernel, kernel_fn};
 pub use signature::{
     ArgDecl, ArgType, DTypeRef, KernelSignature, Spec, SpecKind, SpecParam, SpecValue,
 };
 pub use types::DType;
 
-/// What a kernel author's host code imports: the attribute, specs and dtypes.
+/// What a kernel author's host code imports: the attributes, specs and dtypes.
 pub mod prelude {
-    pub use crate::kernel;
     pub use crate::types::DType::{BF16, F16, F32, I1, I32, I64};
     pub use crate::{DType, Spec};
+    pub use crate::{kernel, kernel_fn};
 }

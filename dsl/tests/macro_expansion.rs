@@ -1,6 +1,7 @@
 //! `#[kiln_dsl::kernel]` end to end: kernels written in the DSL, built at a spec, compared with
 //! their expected IR text; their signatures; the locations semantic errors report; how loops and
-//! branches carry variables; and `if` used as a value, built and run.
+//! branches carry variables; `if` used as a value, built and run; and `#[kiln_dsl::kernel_fn]`s,
+//! inlined into the kernels that call them, with the checks and error locations of their calls.
 
 use std::fmt::Write;
 
@@ -870,4 +871,392 @@ fn the_branches_of_a_value_if_must_give_one_type() {
             location_of("if n > 0 { 0.5 }")
         )
     );
+}
+
+// ---- `#[kernel_fn]`: DSL functions, inlined where they are called ---------------------------
+
+/// Where the block of program `pid` starts, and where it ends: at `n` at the latest.
+#[kiln_dsl::kernel_fn]
+fn block_range<const BLOCK: usize>(pid: i32, n: i32) -> (i32, i32) {
+    let start = pid * BLOCK;
+    (start, minimum(start + BLOCK, n))
+}
+
+/// `start + [0, BLOCK)`, and which of those are below `end`.
+#[kiln_dsl::kernel_fn]
+fn offsets<const BLOCK: usize>(start: i32, end: i32) -> (Tile<i32>, Tile<bool>) {
+    let offs = start + arange(0, BLOCK);
+    (offs, offs < end)
+}
+
+/// `x * factor`, computed in f32.
+#[kiln_dsl::kernel_fn]
+fn scaled<T>(x: Tile<T>, factor: f32) -> Tile<T> {
+    (x.to::<f32>() * factor).to::<T>()
+}
+
+/// Stores `value` where `mask` is set: a function that gives nothing.
+#[kiln_dsl::kernel_fn]
+fn store_masked<T>(ptr: Ptr<T>, value: Tile<T>, mask: Tile<bool>) {
+    store(ptr, value, mask);
+}
+
+/// Tuple and single results, a generic const and a dtype passed on, a function called as a
+/// statement.
+#[kiln_dsl::kernel]
+fn scale_blocks<T, const BLOCK: usize>(x: Ptr<T>, out: Ptr<T>, n: i32, factor: f32) {
+    let (start, end) = block_range::<BLOCK>(program_id(0), n);
+    let (offs, mask) = offsets::<BLOCK>(start, end);
+    let y = scaled::<T>(load(x + offs, mask), factor);
+    store_masked::<T>(out + offs, y, mask);
+}
+
+/// The sum of `x[0..n)`, `BLOCK` elements at a time: a loop inside a function, which calls
+/// another function.
+#[kiln_dsl::kernel_fn]
+fn total<const BLOCK: usize>(x: Ptr<f32>, n: i32) -> f32 {
+    let mut acc = zeros([BLOCK], f32);
+    for start in (0..n).step_by(BLOCK) {
+        let (offs, mask) = offsets::<BLOCK>(start, n);
+        acc += load(x + offs, mask, 0.0);
+    }
+    acc.sum(0)
+}
+
+/// `n`, at most `limit`: the function assigns its own argument, not its caller's variable.
+#[kiln_dsl::kernel_fn]
+fn clamped(mut n: i32, limit: i32) -> i32 {
+    if n > limit {
+        n = limit;
+    }
+    n
+}
+
+/// Nested calls, a `{ expr }` generic value, a literal converted to a declared `f32`.
+#[kiln_dsl::kernel]
+fn row_totals<const BLOCK: usize>(x: Ptr<f32>, totals: Ptr<f32>, n: i32, limit: i32) {
+    let row = program_id(0);
+    let len = clamped(n, limit);
+    let sum = total::<{ BLOCK * 2 }>(x + row * n, len);
+    store(totals + row, scaled::<f32>(sum, 2));
+}
+
+#[test]
+fn a_kernel_fn_is_inlined_where_it_is_called() {
+    let kernel = scale_blocks::build(&Spec::new().dtype("T", F16).int("BLOCK", 16)).unwrap();
+    // Values the caller did not name take the names the function gives them (`pid`, `ptr`).
+    check(
+        &kernel.to_string(),
+        r"
+kernel @scale_blocks<BLOCK = 16, T = f16>(%x.0: ptr<f16>, %out.1: ptr<f16>, %n.2: i32, %factor.3: f32) {
+  %BLOCK.4 = const 16 : i32
+  %pid.6 = program_id 0 : i32
+  %start.7 = mul %pid.6, %BLOCK.4 : i32
+  %8 = add %start.7, %BLOCK.4 : i32
+  %end.9 = min %8, %n.2 : i32
+  %11 = arange 0, 16 : i32[16]
+  %12 = splat %start.7 : i32[16]
+  %offs.13 = add %12, %11 : i32[16]
+  %14 = splat %end.9 : i32[16]
+  %mask.15 = cmp_lt %offs.13, %14 : i1[16]
+  %16 = splat %x.0 : ptr<f16>[16]
+  %17 = add_ptr %16, %offs.13 : ptr<f16>[16]
+  %x.18 = load %17, mask %mask.15 : f16[16]
+  %19 = cast %x.18 : f32[16]
+  %20 = splat %factor.3 : f32[16]
+  %21 = mul %19, %20 : f32[16]
+  %y.22 = cast %21 : f16[16]
+  %23 = splat %out.1 : ptr<f16>[16]
+  %ptr.24 = add_ptr %23, %offs.13 : ptr<f16>[16]
+  store %ptr.24, %y.22, mask %mask.15
+}
+",
+    );
+}
+
+#[test]
+fn kernel_fns_nest_loop_and_keep_their_own_scope() {
+    let kernel = row_totals::build(&Spec::new().int("BLOCK", 8)).unwrap();
+    // `clamped` assigns its `n`: the caller's `%n.2` is unchanged (`x + row * n` reads it).
+    // `total::<{ BLOCK * 2 }>` gets the constant 16, which it passes on to `offsets`; the literal
+    // `2` becomes the `f32` that `scaled` declares.
+    check(
+        &kernel.to_string(),
+        r"
+kernel @row_totals<BLOCK = 8>(%x.0: ptr<f32>, %totals.1: ptr<f32>, %n.2: i32, %limit.3: i32) {
+  %row.6 = program_id 0 : i32
+  %7 = cmp_gt %n.2, %limit.3 : i1
+  %n.8 = if %7 : i32 {
+    yield %limit.3
+  } else {
+    yield %n.2
+  }
+  %BLOCK.10 = const 16 : i32
+  %11 = mul %row.6, %n.2 : i32
+  %x.12 = add_ptr %x.0, %11 : ptr<f32>
+  %13 = const 0.0 : f32
+  %acc.14 = splat %13 : f32[16]
+  %15 = const 0 : i32
+  %acc.30 = for %start.16 = %15 to %n.8 step %BLOCK.10 carry (%acc.17 = %acc.14) : f32[16] {
+    %19 = arange 0, 16 : i32[16]
+    %20 = splat %start.16 : i32[16]
+    %offs.21 = add %20, %19 : i32[16]
+    %22 = splat %n.8 : i32[16]
+    %mask.23 = cmp_lt %offs.21, %22 : i1[16]
+    %24 = splat %x.12 : ptr<f32>[16]
+    %25 = add_ptr %24, %offs.21 : ptr<f32>[16]
+    %26 = const 0.0 : f32
+    %27 = splat %26 : f32[16]
+    %28 = load %25, mask %mask.23, other %27 : f32[16]
+    %acc.29 = add %acc.17, %28 : f32[16]
+    yield %acc.29
+  }
+  %sum.32 = reduce_sum %acc.30, axis 0 : f32
+  %33 = add_ptr %totals.1, %row.6 : ptr<f32>
+  %factor.35 = const 2.0 : f32
+  %36 = mul %sum.32, %factor.35 : f32
+  store %33, %36
+}
+",
+    );
+}
+
+#[test]
+fn the_interpreter_runs_kernels_that_call_kernel_fns() {
+    // 37 elements in blocks of 16: the last block is partial, and `out` past 37 stays untouched.
+    let values: Vec<f32> = (0..40).map(|i| i as f32 * 0.25 - 3.0).collect();
+    for dtype in [F16, F32] {
+        let kernel = scale_blocks::build(&Spec::new().dtype("T", dtype).int("BLOCK", 16)).unwrap();
+        let x = HostBuffer::from_f32(dtype, &values);
+        let out = HostBuffer::from_f32(dtype, &[7.0; 40]);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::I32(37),
+            KernelArg::F32(-1.5),
+        ];
+        run(&kernel, Grid::new(3, 1, 1), &args).unwrap();
+        let expected: Vec<f64> = (0..40)
+            .map(|i| {
+                if i < 37 {
+                    f64::from(values[i]) * -1.5
+                } else {
+                    7.0
+                }
+            })
+            .collect();
+        assert_close(&out.to_f32(), &expected);
+    }
+
+    // Rows of 21: each row sums its first min(21, limit) elements, 16 at a time, and doubles it.
+    let kernel = row_totals::build(&Spec::new().int("BLOCK", 8)).unwrap();
+    let matrix: Vec<f32> = (0..63).map(|i| (i % 7) as f32 - 2.5).collect();
+    let x = HostBuffer::from_f32(F32, &matrix);
+    for limit in [100, 21, 5] {
+        let totals = HostBuffer::poisoned(F32, 3);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&totals),
+            KernelArg::I32(21),
+            KernelArg::I32(limit),
+        ];
+        run(&kernel, Grid::new(3, 1, 1), &args).unwrap();
+        let len = limit.min(21) as usize;
+        let expected: Vec<f64> = matrix
+            .chunks(21)
+            .map(|row| 2.0 * row[..len].iter().map(|&v| f64::from(v)).sum::<f64>())
+            .collect();
+        assert_close(&totals.to_f32(), &expected);
+    }
+}
+
+/// `start + [0, BLOCK)`: not a tile at every `BLOCK`.
+#[kiln_dsl::kernel_fn]
+fn ramp<const BLOCK: usize>(start: i32) -> Tile<i32> {
+    arange(0, BLOCK) + start
+}
+
+#[kiln_dsl::kernel_fn]
+fn two_ramps<const BLOCK: usize>(start: i32) -> Tile<i32> {
+    ramp::<BLOCK>(start) + ramp::<BLOCK>(start + BLOCK)
+}
+
+#[kiln_dsl::kernel]
+fn ramps<const BLOCK: usize>(out: Ptr<i32>) {
+    let offs = two_ramps::<BLOCK>(0);
+    store(out + offs, offs);
+}
+
+#[test]
+fn an_error_inside_a_kernel_fn_is_located_in_it_and_at_its_calls() {
+    assert!(ramps::build(&Spec::new().int("BLOCK", 16)).is_ok());
+    let error = semantic_error(ramps::build(&Spec::new().int("BLOCK", 12)));
+    assert!(error.message().contains("power-of-two length"), "{error}");
+    assert!(
+        error.message().ends_with(&format!(
+            " (in `ramp`, called at {}) (in `two_ramps`, called at {})",
+            location_of("ramp::<BLOCK>(start) +"),
+            location_of("two_ramps::<BLOCK>(0)")
+        )),
+        "{error}"
+    );
+    assert!(
+        error.to_string().ends_with(&format!(
+            "\n  --> {}",
+            location_of("arange(0, BLOCK) + start")
+        )),
+        "{error}"
+    );
+}
+
+/// A result declared `Tile<T>`: not what `x` is at every `T`.
+#[kiln_dsl::kernel_fn]
+fn as_declared<T>(x: Tile) -> Tile<T> {
+    x * 1
+}
+
+/// One misuse of a function per `MODE`, each refused when the call is built.
+#[kiln_dsl::kernel]
+fn misused_fns<const MODE: usize>(x: Ptr<f32>, n: i32, wide: i64) {
+    let offs = arange(0, 16);
+    if MODE == 0 {
+        let (start, end) = block_range::<16>(0, wide);
+        store(x + start, end.to::<f32>());
+    }
+    if MODE == 1 {
+        let (offs_n, mask) = offsets::<n>(0, n);
+        store(x + offs_n, 1.0, mask);
+    }
+    if MODE == 2 {
+        store(x + offs, scaled::<f32>(load(x + offs), true));
+    }
+    if MODE == 3 {
+        store(x + offs, as_declared::<f16>(load(x + offs)));
+    }
+}
+
+#[test]
+fn arguments_constants_and_results_are_checked_against_the_declaration() {
+    let build = |mode| semantic_error(misused_fns::build(&Spec::new().int("MODE", mode)));
+    // An argument: at the call.
+    assert_eq!(
+        build(0).to_string(),
+        format!(
+            "argument `n` of `block_range` is declared `i32`, got i64\n  --> {}",
+            location_of("block_range::<16>(0, wide)")
+        )
+    );
+    // A `const` parameter takes a constant.
+    assert_eq!(
+        build(1).to_string(),
+        format!(
+            "`const` parameter `BLOCK` of `offsets` takes an integer constant (a literal or a \
+             specialisation parameter), got a runtime i32\n  --> {}",
+            location_of("offsets::<n>(0, n)")
+        )
+    );
+    // A literal converts to a declared scalar dtype where it fits: `2` to f32, not `true`.
+    assert_eq!(
+        build(2).to_string(),
+        format!(
+            "argument `factor` of `scaled` is declared `f32`, got i1\n  --> {}",
+            location_of("scaled::<f32>(load(x + offs), true)")
+        )
+    );
+    // A result: at the value the function ends with, called from the kernel.
+    assert_eq!(
+        build(3).to_string(),
+        format!(
+            "the result of `as_declared` is declared `Tile<f16>`, got f32[16] (in `as_declared`, \
+             called at {})\n  --> {}",
+            location_of("as_declared::<f16>(load"),
+            location_of("x * 1")
+        )
+    );
+}
+
+/// `x` to the power `N`: a function may call itself where a constant condition ends it.
+#[kiln_dsl::kernel_fn]
+fn power<const N: usize>(x: Tile<f32>) -> Tile<f32> {
+    if N == 0 {
+        1.0
+    } else {
+        x * power::<{ N - 1 }>(x)
+    }
+}
+
+/// Never ends: each call calls itself again.
+#[kiln_dsl::kernel_fn]
+fn endless<const N: usize>(x: Tile<f32>) -> Tile<f32> {
+    endless::<{ N + 1 }>(x)
+}
+
+#[kiln_dsl::kernel]
+fn powers<const N: usize, const ENDLESS: bool>(x: Ptr<f32>) {
+    let offs = arange(0, 8);
+    let v = load(x + offs);
+    let y = if ENDLESS {
+        endless::<N>(v)
+    } else {
+        power::<N>(v)
+    };
+    store(x + offs, y);
+}
+
+#[test]
+fn a_kernel_fn_may_call_itself_until_a_constant_condition_stops_it() {
+    let kernel = powers::build(&Spec::new().int("N", 3).flag("ENDLESS", false)).unwrap();
+    let x = HostBuffer::from_f32(F32, &INPUT);
+    run(&kernel, Grid::new(1, 1, 1), &[KernelArg::Buffer(&x)]).unwrap();
+    let cubes: Vec<f64> = INPUT.iter().map(|&v| f64::from(v).powi(3)).collect();
+    assert_close(&x.to_f32(), &cubes);
+
+    // The depth is counted, not overflowed; the call repeated inside `endless` is counted too.
+    let error = semantic_error(powers::build(
+        &Spec::new().int("N", 0).flag("ENDLESS", true),
+    ));
+    let depth = kiln_dsl::builder::MAX_CALL_DEPTH;
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "`endless` is called {depth} calls deep: a `#[kernel_fn]` is inlined where it is \
+             called, so one that calls itself must stop on a constant condition (in `endless`, \
+             called at {inner}, {} times) (in `endless`, called at {outer})\n  --> {inner}",
+            depth - 1,
+            inner = location_of("endless::<{ N + 1 }>(x)"),
+            outer = location_of("endless::<N>(v)"),
+        )
+    );
+}
+
+mod helpers {
+    /// `x * 2`, in a module of its own.
+    #[kiln_dsl::kernel_fn]
+    pub fn doubled(x: Tile) -> Tile {
+        x * 2
+    }
+
+    /// Calls a function of its parent module by a `super::` path.
+    #[kiln_dsl::kernel_fn]
+    pub fn quadrupled(x: Tile) -> Tile {
+        super::helpers::doubled(doubled(x))
+    }
+}
+
+/// A function is called by any path that names it from the caller's module.
+#[kiln_dsl::kernel]
+fn by_paths(x: Ptr<f32>) {
+    let v = load(x);
+    let a = helpers::doubled(v);
+    let b = self::helpers::doubled(a);
+    let c = crate::helpers::quadrupled(b);
+    store(x, c);
+}
+
+#[test]
+fn a_kernel_fn_is_called_by_its_path() {
+    let kernel = by_paths::build(&Spec::new()).unwrap();
+    let x = HostBuffer::from_f32(F32, &[1.5]);
+    run(&kernel, Grid::new(1, 1, 1), &[KernelArg::Buffer(&x)]).unwrap();
+    assert_eq!(x.to_f32(), [24.0]);
 }

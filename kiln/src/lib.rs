@@ -1,7 +1,8 @@
 //! kiln: a Triton-style tile language embedded in Rust, compiled through LLVM to PTX, and the
 //! FlashAttention kernels written in it.
 //!
-//! This facade is what users depend on: `#[kiln::kernel]` writes a kernel, `use kiln::prelude::*`
+//! This facade is what users depend on: `#[kiln::kernel]` writes a kernel, `#[kiln::kernel_fn]` a
+//! DSL function that kernels call (inlined when they are built), `use kiln::prelude::*`
 //! brings what a kernel's host code names, [`dsl`] is the tile IR and its CPU interpreter, and
 //! [`kernels`] holds the attention kernels and their references.
 //!
@@ -24,7 +25,7 @@
 //! ```
 
 pub use kiln_dsl as dsl;
-pub use kiln_dsl::kernel;
+pub use kiln_dsl::{kernel, kernel_fn};
 pub use kiln_kernels as kernels;
 
 /// What host code that builds and runs kernels names.

@@ -5,8 +5,11 @@
 //! instructions to the innermost open region. Specialisation parameters arrive as constants, and
 //! scalar arithmetic on constants folds, so `BLOCK_M * 2` can size a tile.
 
+mod functions;
 mod ops;
 mod semantic;
+
+pub use functions::{FnResult, FnType, MAX_CALL_DEPTH};
 
 use crate::error::{Error, Loc, Result};
 use crate::ir::{Constant, Inst, Kernel, Op, Region, Value, ValueInfo};
@@ -29,6 +32,8 @@ pub struct Builder {
     /// Open regions, innermost last; the first is the kernel body.
     open: Vec<OpenRegion>,
     next_region_id: u32,
+    /// How many `#[kernel_fn]` calls are being built, one inside the other.
+    call_depth: usize,
 }
 
 #[derive(Debug)]
@@ -91,6 +96,7 @@ impl Builder {
                 region: Region::default(),
             }],
             next_region_id: 1,
+            call_depth: 0,
         };
         for arg in signature.args {
             let ty = match arg.ty {

@@ -42,7 +42,7 @@ pub enum KernelArg<'a> {
 
 /// Runs `kernel` once per program of `grid`, in parallel; the first fault stops the launch.
 pub fn run(kernel: &Kernel, grid: Grid, args: &[KernelArg<'_>]) -> Result<()> {
-    let launch = program::Launch::new(kernel, grid, check_args(kernel, args)?)?;
+    let launch = program::Launch::new(kernel, grid, check_args(kernel, args)?);
     (0..grid.programs())
         .into_par_iter()
         .try_for_each(|linear| launch.run_program(linear))

@@ -22,7 +22,7 @@ pub(crate) struct Launch<'a> {
 }
 
 impl<'a> Launch<'a> {
-    pub fn new(kernel: &'a Kernel, grid: Grid, args: Vec<KernelArg<'a>>) -> Result<Launch<'a>> {
+    pub fn new(kernel: &'a Kernel, grid: Grid, args: Vec<KernelArg<'a>>) -> Launch<'a> {
         let buffers = args
             .iter()
             .zip(kernel.signature.args)
@@ -31,12 +31,12 @@ impl<'a> Launch<'a> {
                 _ => None,
             })
             .collect();
-        Ok(Launch {
+        Launch {
             kernel,
             grid,
             args,
             buffers,
-        })
+        }
     }
 
     pub fn run_program(&self, linear: usize) -> Result<()> {

@@ -1,7 +1,7 @@
 use kiln_dsl::kernel;
 
 #[kernel]
-fn softmax(x: Ptr<f32>) {
+fn normalize(x: Ptr<f32>) {
     let offs = arange(0, 16);
     let y = softmax(load(x + offs));
     store(x + offs, y);

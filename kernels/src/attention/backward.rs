@@ -8,6 +8,8 @@
 
 use kiln_dsl::kernel;
 
+use super::common::{check_head_dim, head_base, key_range, lse_log2, mask_scores, row_block};
+
 /// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32.
 #[kernel]
 pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
@@ -27,24 +29,12 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
-    let o_base = o + batch * o_batch_stride + head * o_head_stride;
-    let do_base = d_o + batch * do_batch_stride + head * do_head_stride;
-    let o_block = make_block_ptr(
-        o_base,
-        [seqlen_q, HEAD_DIM],
-        [o_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
-    let do_block = make_block_ptr(
-        do_base,
-        [seqlen_q, HEAD_DIM],
-        [do_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
+    let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
+    let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
+    let o_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
+    let do_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
     let o_tile = load(o_block, [0]).to::<f32>();
     let do_tile = load(do_block, [0]).to::<f32>();
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
@@ -89,54 +79,25 @@ pub fn attention_bwd_dq<
     dq_head_stride: i64,
     softmax_scale: f32,
 ) {
-    static_assert(
-        HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
-        "attention supports head dims 32, 64, 128 and 256",
-    );
+    check_head_dim::<HEAD_DIM>();
     let start_m = program_id(0);
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
     let head_kv = head / group;
 
-    let q_base = q + batch * q_batch_stride + head * q_head_stride;
-    let k_base = k + batch * k_batch_stride + head_kv * k_head_stride;
-    let v_base = v + batch * v_batch_stride + head_kv * v_head_stride;
-    let do_base = d_o + batch * do_batch_stride + head * do_head_stride;
-    let dq_base = dq + batch * dq_batch_stride + head * dq_head_stride;
+    let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
+    let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
+    let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
+    let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
+    let dq_base = head_base::<T>(dq, batch, head, dq_batch_stride, dq_head_stride);
 
-    let q_block = make_block_ptr(
-        q_base,
-        [seqlen_q, HEAD_DIM],
-        [q_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
-    let do_block = make_block_ptr(
-        do_base,
-        [seqlen_q, HEAD_DIM],
-        [do_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
-    let mut k_block = make_block_ptr(
-        k_base,
-        [seqlen_k, HEAD_DIM],
-        [k_seq_stride, 1],
-        [0, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
-    let mut v_block = make_block_ptr(
-        v_base,
-        [seqlen_k, HEAD_DIM],
-        [v_seq_stride, 1],
-        [0, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
+    let q_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
+    let do_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
+    let mut k_block = row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, 0);
+    let mut v_block = row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, 0);
     let q_tile = load(q_block, [0]);
     let do_tile = load(do_block, [0]);
 
@@ -145,37 +106,22 @@ pub fn attention_bwd_dq<
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
     let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
-    let lse_log2 = where_(
-        lse_row == f32::NEG_INFINITY,
-        f32::INFINITY,
-        lse_row * f32::consts::LOG2_E,
-    );
+    let lse_log2 = lse_log2(lse_row);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let shift = seqlen_k - seqlen_q;
-
-    let mut end_n = seqlen_k;
-    let mut full_end = seqlen_k / BLOCK_N * BLOCK_N;
-    if CAUSAL {
-        end_n = minimum(seqlen_k, maximum((start_m + 1) * BLOCK_M + shift, 0));
-        full_end = minimum(
-            full_end,
-            maximum(start_m * BLOCK_M + shift + 1, 0) / BLOCK_N * BLOCK_N,
-        );
-    }
+    let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
 
     let mut dq_acc = zeros([BLOCK_M, HEAD_DIM], f32);
     for start_n in (0..end_n).step_by(BLOCK_N) {
         let k_tile = load(k_block, [0]);
         let v_tile = load(v_block, [0]);
-        let mut qk = dot(q_tile, trans(k_tile)) * qk_scale;
-        if start_n >= full_end {
+        let qk = dot(q_tile, trans(k_tile)) * qk_scale;
+        let qk = if start_n >= full_end {
             let offs_n = start_n + arange(0, BLOCK_N);
-            let mut visible = offs_n.expand_dims(0) < seqlen_k;
-            if CAUSAL {
-                visible = visible && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift;
-            }
-            qk = where_(visible, qk, f32::NEG_INFINITY);
-        }
+            mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+        } else {
+            qk
+        };
         let p = exp2(qk - lse_log2.expand_dims(1));
         let dp = dot(do_tile, trans(v_tile));
         let ds = p * (dp - delta_row.expand_dims(1));
@@ -183,14 +129,8 @@ pub fn attention_bwd_dq<
         k_block = advance(k_block, [BLOCK_N, 0]);
         v_block = advance(v_block, [BLOCK_N, 0]);
     }
-    let dq_block = make_block_ptr(
-        dq_base,
-        [seqlen_q, HEAD_DIM],
-        [dq_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
+    let dq_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(dq_base, seqlen_q, dq_seq_stride, start_m * BLOCK_M);
     store(dq_block, dq_acc * softmax_scale, [0]);
 }
 
@@ -239,33 +179,18 @@ pub fn attention_bwd_dkdv<
     dv_head_stride: i64,
     softmax_scale: f32,
 ) {
-    static_assert(
-        HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
-        "attention supports head dims 32, 64, 128 and 256",
-    );
+    check_head_dim::<HEAD_DIM>();
     let start_n = program_id(0);
     let batch_head_kv = program_id(1);
     let batch = batch_head_kv / heads_kv;
     let head_kv = batch_head_kv % heads_kv;
 
-    let k_base = k + batch * k_batch_stride + head_kv * k_head_stride;
-    let v_base = v + batch * v_batch_stride + head_kv * v_head_stride;
-    let k_block = make_block_ptr(
-        k_base,
-        [seqlen_k, HEAD_DIM],
-        [k_seq_stride, 1],
-        [start_n * BLOCK_N, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
-    let v_block = make_block_ptr(
-        v_base,
-        [seqlen_k, HEAD_DIM],
-        [v_seq_stride, 1],
-        [start_n * BLOCK_N, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
+    let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
+    let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
+    let k_block =
+        row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, start_n * BLOCK_N);
+    let v_block =
+        row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, start_n * BLOCK_N);
     let k_tile = load(k_block, [0]);
     let v_tile = load(v_block, [0]);
 
@@ -276,36 +201,28 @@ pub fn attention_bwd_dkdv<
     // A key block that runs past seqlen_k needs its key mask on every query tile.
     let partial_keys = first_key + BLOCK_N > seqlen_k;
     // Causal: query rows before `begin_m` see none of these keys; from `full_m` on they see all.
-    let mut begin_m = 0;
-    let mut full_m = 0;
-    if CAUSAL {
-        begin_m = maximum(first_key - shift, 0) / BLOCK_M * BLOCK_M;
-        full_m = first_key + BLOCK_N - 1 - shift;
-    }
+    let begin_m = if CAUSAL {
+        maximum(first_key - shift, 0) / BLOCK_M * BLOCK_M
+    } else {
+        0
+    };
+    let full_m = if CAUSAL {
+        first_key + BLOCK_N - 1 - shift
+    } else {
+        0
+    };
 
     let mut dk_acc = zeros([BLOCK_N, HEAD_DIM], f32);
     let mut dv_acc = zeros([BLOCK_N, HEAD_DIM], f32);
     for member in 0..group {
         let head = head_kv * group + member;
-        let q_base = q + batch * q_batch_stride + head * q_head_stride;
-        let do_base = d_o + batch * do_batch_stride + head * do_head_stride;
+        let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
+        let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
         let row_base = (batch * (heads_kv * group) + head).to::<i64>() * seqlen_q;
-        let mut q_block = make_block_ptr(
-            q_base,
-            [seqlen_q, HEAD_DIM],
-            [q_seq_stride, 1],
-            [begin_m, 0],
-            [BLOCK_M, HEAD_DIM],
-            [1, 0],
-        );
-        let mut do_block = make_block_ptr(
-            do_base,
-            [seqlen_q, HEAD_DIM],
-            [do_seq_stride, 1],
-            [begin_m, 0],
-            [BLOCK_M, HEAD_DIM],
-            [1, 0],
-        );
+        let mut q_block =
+            row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, begin_m);
+        let mut do_block =
+            row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, begin_m);
         for start_m in (begin_m..seqlen_q).step_by(BLOCK_M) {
             let q_tile = load(q_block, [0]);
             let do_tile = load(do_block, [0]);
@@ -313,23 +230,18 @@ pub fn attention_bwd_dkdv<
             let row_ok = offs_m < seqlen_q;
             let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
             let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
-            let lse_log2 = where_(
-                lse_row == f32::NEG_INFINITY,
-                f32::INFINITY,
-                lse_row * f32::consts::LOG2_E,
-            );
-            let mut qk = dot(q_tile, trans(k_tile)) * qk_scale;
-            let mut needs_mask = partial_keys;
-            if CAUSAL {
-                needs_mask = needs_mask || start_m < full_m;
-            }
-            if needs_mask {
-                let mut visible = offs_n.expand_dims(0) < seqlen_k;
-                if CAUSAL {
-                    visible = visible && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift;
-                }
-                qk = where_(visible, qk, f32::NEG_INFINITY);
-            }
+            let lse_log2 = lse_log2(lse_row);
+            let qk = dot(q_tile, trans(k_tile)) * qk_scale;
+            let needs_mask = if CAUSAL {
+                partial_keys || start_m < full_m
+            } else {
+                partial_keys
+            };
+            let qk = if needs_mask {
+                mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+            } else {
+                qk
+            };
             let p = exp2(qk - lse_log2.expand_dims(1));
             dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
             let dp = dot(do_tile, trans(v_tile));
@@ -339,24 +251,10 @@ pub fn attention_bwd_dkdv<
             do_block = advance(do_block, [BLOCK_M, 0]);
         }
     }
-    let dk_base = dk + batch * dk_batch_stride + head_kv * dk_head_stride;
-    let dv_base = dv + batch * dv_batch_stride + head_kv * dv_head_stride;
-    let dk_block = make_block_ptr(
-        dk_base,
-        [seqlen_k, HEAD_DIM],
-        [dk_seq_stride, 1],
-        [first_key, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
-    let dv_block = make_block_ptr(
-        dv_base,
-        [seqlen_k, HEAD_DIM],
-        [dv_seq_stride, 1],
-        [first_key, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
+    let dk_base = head_base::<T>(dk, batch, head_kv, dk_batch_stride, dk_head_stride);
+    let dv_base = head_base::<T>(dv, batch, head_kv, dv_batch_stride, dv_head_stride);
+    let dk_block = row_block::<T, HEAD_DIM, BLOCK_N>(dk_base, seqlen_k, dk_seq_stride, first_key);
+    let dv_block = row_block::<T, HEAD_DIM, BLOCK_N>(dv_base, seqlen_k, dv_seq_stride, first_key);
     store(dk_block, dk_acc * softmax_scale, [0]);
     store(dv_block, dv_acc, [0]);
 }

@@ -8,6 +8,8 @@
 
 use kiln_dsl::kernel;
 
+use super::common::{check_head_dim, head_base, key_range, mask_scores, row_block};
+
 #[kernel]
 pub fn attention_fwd<
     T,
@@ -39,62 +41,30 @@ pub fn attention_fwd<
     o_head_stride: i64,
     softmax_scale: f32,
 ) {
-    static_assert(
-        HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
-        "attention supports head dims 32, 64, 128 and 256",
-    );
+    check_head_dim::<HEAD_DIM>();
     let start_m = program_id(0);
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
     let head_kv = head / group;
 
-    let q_base = q + batch * q_batch_stride + head * q_head_stride;
-    let k_base = k + batch * k_batch_stride + head_kv * k_head_stride;
-    let v_base = v + batch * v_batch_stride + head_kv * v_head_stride;
-    let o_base = o + batch * o_batch_stride + head * o_head_stride;
+    let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
+    let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
+    let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
+    let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
 
-    let q_block = make_block_ptr(
-        q_base,
-        [seqlen_q, HEAD_DIM],
-        [q_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
-    let mut k_block = make_block_ptr(
-        k_base,
-        [seqlen_k, HEAD_DIM],
-        [k_seq_stride, 1],
-        [0, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
-    let mut v_block = make_block_ptr(
-        v_base,
-        [seqlen_k, HEAD_DIM],
-        [v_seq_stride, 1],
-        [0, 0],
-        [BLOCK_N, HEAD_DIM],
-        [1, 0],
-    );
+    let q_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
+    let mut k_block = row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, 0);
+    let mut v_block = row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, 0);
 
     let q_tile = load(q_block, [0]);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     // Query row i sees key j iff j <= i + shift (the mask is aligned bottom-right).
     let shift = seqlen_k - seqlen_q;
-
     // Key tiles before `full_end` need no mask; a causal block ends at its last row's diagonal.
-    let mut end_n = seqlen_k;
-    let mut full_end = seqlen_k / BLOCK_N * BLOCK_N;
-    if CAUSAL {
-        end_n = minimum(seqlen_k, maximum((start_m + 1) * BLOCK_M + shift, 0));
-        full_end = minimum(
-            full_end,
-            maximum(start_m * BLOCK_M + shift + 1, 0) / BLOCK_N * BLOCK_N,
-        );
-    }
+    let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
 
     let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
     let mut l_i = zeros([BLOCK_M], f32);
@@ -102,15 +72,13 @@ pub fn attention_fwd<
     for start_n in (0..end_n).step_by(BLOCK_N) {
         let k_tile = load(k_block, [0]);
         let v_tile = load(v_block, [0]);
-        let mut qk = dot(q_tile, trans(k_tile)) * qk_scale;
-        if start_n >= full_end {
+        let qk = dot(q_tile, trans(k_tile)) * qk_scale;
+        let qk = if start_n >= full_end {
             let offs_n = start_n + arange(0, BLOCK_N);
-            let mut visible = offs_n.expand_dims(0) < seqlen_k;
-            if CAUSAL {
-                visible = visible && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift;
-            }
-            qk = where_(visible, qk, f32::NEG_INFINITY);
-        }
+            mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+        } else {
+            qk
+        };
         let m_new = maximum(m_i, qk.max(1));
         // A row with no visible key so far keeps m = -inf: subtracting 0 instead gives p = 0, not NaN.
         let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
@@ -126,14 +94,8 @@ pub fn attention_fwd<
     // A row that saw no key has l = 0 and acc = 0: its output is 0 and its LSE -inf.
     let seen = l_i > 0.0;
     let l_safe = where_(seen, l_i, 1.0);
-    let o_block = make_block_ptr(
-        o_base,
-        [seqlen_q, HEAD_DIM],
-        [o_seq_stride, 1],
-        [start_m * BLOCK_M, 0],
-        [BLOCK_M, HEAD_DIM],
-        [1, 0],
-    );
+    let o_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
     store(o_block, acc / l_safe.expand_dims(1), [0]);
     let lse_row = where_(
         seen,

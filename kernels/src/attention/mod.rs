@@ -6,6 +6,7 @@
 
 pub mod backward;
 pub mod check;
+pub mod common;
 pub mod config;
 pub mod cpu;
 pub mod forward;

@@ -34,6 +34,7 @@ impl Operand<'_> {
 impl Generator {
     pub(super) fn expr(&self, expr: &Expr) -> TokenStream {
         use Operand::{List, Optional, Tokens, Value};
+        let dsl = &self.dsl;
         let span = expr.span;
         match &expr.kind {
             ExprKind::Int(value) => {
@@ -155,6 +156,7 @@ impl Generator {
                 self.builder_call("cdiv", vec![Value(lhs), Value(rhs)], span)
             }
             ExprKind::If(if_value) => self.if_value(if_value),
+            ExprKind::Call(call) => self.fn_call(call, quote!(#dsl::Value)),
         }
     }
 
@@ -166,6 +168,20 @@ impl Generator {
         span: Span,
     ) -> TokenStream {
         let method = format_ident!("{method}");
+        let (evaluations, arguments) = self.operands(operands);
+        let loc = self.loc(span);
+        quote_internal!({
+            #(#evaluations)*
+            __kiln.#method(#(#arguments,)* #loc)?
+        })
+    }
+
+    /// The operands of a call: the statements that evaluate them into temporaries, in order, and
+    /// the tokens of each as an argument.
+    pub(super) fn operands(
+        &self,
+        operands: Vec<Operand<'_>>,
+    ) -> (Vec<TokenStream>, Vec<TokenStream>) {
         // An operand that assigns variables (an `if` used as a value whose branches do) must not
         // change what an operand before it read: then variables are read into temporaries too,
         // in order, as Rust evaluates operands.
@@ -193,11 +209,7 @@ impl Generator {
             };
             arguments.push(argument);
         }
-        let loc = self.loc(span);
-        quote_internal!({
-            #(#evaluations)*
-            __kiln.#method(#(#arguments,)* #loc)?
-        })
+        (evaluations, arguments)
     }
 
     /// The tokens of `expr`'s value as an argument: a variable as it is (unless `snapshot`),
@@ -224,7 +236,7 @@ impl Generator {
     }
 
     /// A dtype in the body: a type parameter is the `DType` variable bound to it in `build`.
-    fn dtype_ref(&self, dtype: &DTypeRef) -> TokenStream {
+    pub(super) fn dtype_ref(&self, dtype: &DTypeRef) -> TokenStream {
         match dtype {
             DTypeRef::Fixed(dtype) => self.dtype(*dtype),
             DTypeRef::Param(name) => quote!(#name),

@@ -1,5 +1,6 @@
-//! The kernel model -> tokens: a module holding the kernel's `SIGNATURE` and a `build` function
-//! that replays the body as kiln-dsl builder calls.
+//! The model -> tokens: for a kernel, a module holding its `SIGNATURE` and a `build` function
+//! that replays the body as kiln-dsl builder calls; for a `#[kernel_fn]`, a module holding a `call`
+//! function that replays its body into the caller's builder (`functions`).
 
 /// `quote!` with mixed-site hygiene: the locals the macro introduces (`__kiln`, temporaries) can
 /// neither capture nor be captured by the kernel's own names, which keep their spans.
@@ -11,6 +12,7 @@ macro_rules! quote_internal {
 
 mod crate_path;
 mod expressions;
+mod functions;
 mod statements;
 
 use proc_macro2::{Span, TokenStream};
@@ -19,14 +21,20 @@ use quote::quote;
 use crate::parse::model::{ArgType, DType, DTypeRef, KernelDef, SpecKind};
 
 pub(crate) use crate_path::dsl_crate_path;
+pub(crate) use functions::{generate_kernel_fn, kernel_fn_stub};
 
 /// Generates code that names kiln-dsl's items through `dsl` (see [`dsl_crate_path`]).
 struct Generator {
     dsl: TokenStream,
+    /// The source file in every `Loc`: `SIGNATURE.file` in a kernel, `file!()` in a function.
+    file: TokenStream,
 }
 
 pub(crate) fn generate_kernel(kernel: &KernelDef, dsl: TokenStream) -> TokenStream {
-    let generator = Generator { dsl };
+    let generator = Generator {
+        dsl,
+        file: quote!(SIGNATURE.file),
+    };
     let dsl = &generator.dsl;
     let KernelDef {
         name,
@@ -133,12 +141,12 @@ fn describe_params(kernel: &KernelDef) -> String {
 
 impl Generator {
     /// The `Loc` of the DSL expression at `span`, read from the span while expanding (the file
-    /// is the kernel's, in `SIGNATURE`).
+    /// is the kernel's, in `SIGNATURE`, or the function's).
     fn loc(&self, span: Span) -> TokenStream {
-        let dsl = &self.dsl;
+        let (dsl, file) = (&self.dsl, &self.file);
         let span = span.unwrap();
         let (line, column) = (span.line() as u32, span.column() as u32);
-        quote!(#dsl::Loc::new(SIGNATURE.file, #line, #column))
+        quote!(#dsl::Loc::new(#file, #line, #column))
     }
 
     /// A dtype in `SIGNATURE`: a type parameter is named, not yet resolved.

@@ -76,6 +76,27 @@ impl Generator {
             }
             Stmt::For(for_loop) => self.for_loop(for_loop),
             Stmt::If(if_else) => self.if_else(if_else),
+            Stmt::Call(call) => {
+                let call = self.fn_call(call, quote!(()));
+                quote!(#call;)
+            }
+            Stmt::LetTuple { names, call } => {
+                let dsl = &self.dsl;
+                let values = names.iter().map(|_| quote!(#dsl::Value));
+                let call = self.fn_call(call, quote!((#(#values),*)));
+                let patterns = names.iter().map(|name| match name {
+                    Some(name) => quote_internal!(mut #name),
+                    None => quote!(_),
+                });
+                let named = names.iter().flatten().map(|name| {
+                    let name_string = name.to_string();
+                    quote_internal!(__kiln.name(#name, #name_string);)
+                });
+                quote_internal! {
+                    let (#(#patterns),*) = #call;
+                    #(#named)*
+                }
+            }
         }
     }
 

@@ -96,10 +96,7 @@ impl BodyParser {
                 ),
             )),
             Some(_) => Ok(name.clone()),
-            None => Err(syn::Error::new_spanned(
-                name,
-                format!("cannot find `{name}` in this kernel"),
-            )),
+            None => Err(self.not_found(name)),
         }
     }
 
@@ -244,7 +241,10 @@ fn unsupported_expression(expr: &syn::Expr) -> syn::Error {
         syn::Expr::Closure(_) => "closures are not supported in a kernel",
         syn::Expr::Macro(_) => "macros are not supported in a kernel",
         syn::Expr::Struct(_) => "struct literals are not supported in a kernel",
-        syn::Expr::Tuple(_) => "tuples are not supported in a kernel",
+        syn::Expr::Tuple(_) => {
+            "tuples are not supported in a kernel, except as what a `#[kernel_fn]` ends with \
+             (`-> (A, B)`, ending `(a, b)`) and binds with `let (a, b) = f(..);`"
+        }
         syn::Expr::Field(_) => "field access is not supported in a kernel",
         syn::Expr::Reference(_) => "references are not supported in a kernel; use the value itself",
         syn::Expr::Range(_) => {

@@ -1,11 +1,16 @@
 //! The DSL's free functions and methods: names and arities are checked here, argument kinds
 //! (values, array literals, dtypes, a message) are told apart here; the builder checks the rest.
+//! A call of any other name is a call of a `#[kernel_fn]`, whose turbofish and arguments are
+//! parsed here; Rust resolves its path and checks its arity.
 
 use syn::spanned::Spanned;
-use syn::{GenericArgument, Lit};
+use syn::{GenericArgument, Lit, PathArguments};
 
-use super::BodyParser;
-use super::model::{BinaryOp, Expr, ExprKind, ReduceOp, Stmt, UnaryOp};
+use super::model::{
+    BinaryOp, DType, DTypeRef, Expr, ExprKind, FnCall, GenericValue, ReduceOp, Stmt, UnaryOp,
+};
+use super::scope::BindingKind;
+use super::{BodyParser, Item};
 
 /// Every free function and how it is called, in the order error messages list them.
 const FUNCTIONS: &[(&str, &str)] = &[
@@ -72,6 +77,19 @@ const METHODS: &[(&str, &str)] = &[
     ("abs", "`x.abs()`"),
 ];
 
+/// Whether `name` is one of the DSL's free functions (which a `#[kernel_fn]` cannot be named).
+pub(super) fn is_builtin(name: &str) -> bool {
+    FUNCTIONS.iter().any(|(function, _)| *function == name)
+}
+
+/// What a call calls.
+pub(super) enum Callee<'a> {
+    /// One of the DSL's functions, by name.
+    Builtin(String),
+    /// A `#[kernel_fn]`, by its path (its last segment may carry a turbofish).
+    Function(&'a syn::Path),
+}
+
 fn usage(table: &[(&str, &'static str)], name: &str) -> &'static str {
     table
         .iter()
@@ -131,9 +149,14 @@ fn check_arity(
 }
 
 impl BodyParser {
-    /// A call of a free function that gives a value.
+    /// A call of a free function that gives a value: one of the DSL's, or a `#[kernel_fn]`.
     pub(super) fn parse_call(&mut self, call: &syn::ExprCall) -> syn::Result<ExprKind> {
-        let name = function_name(call)?;
+        let name = match self.callee(call)? {
+            Callee::Builtin(name) => name,
+            Callee::Function(path) => {
+                return Ok(ExprKind::Call(Box::new(self.parse_fn_call(call, path)?)));
+            }
+        };
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let arity = |counts: &[usize]| {
             check_arity(
@@ -267,33 +290,30 @@ impl BodyParser {
                     arity(&[1])?;
                     ExprKind::Unary(op, self.parse_boxed(args[0])?)
                 } else {
-                    return Err(syn::Error::new_spanned(
-                        &call.func,
-                        format!(
-                            "unknown function `{other}`; the DSL's functions are: {}",
-                            names(FUNCTIONS)
-                        ),
-                    ));
+                    unreachable!("`callee` gives only the DSL's functions as builtins")
                 }
             }
         })
     }
 
-    /// A call of `store` or `static_assert` as a statement; `None` for any other call.
-    pub(super) fn parse_effect(&mut self, call: &syn::ExprCall) -> syn::Result<Option<Stmt>> {
-        let name = function_name(call)?;
+    /// A call of the DSL's `store` or `static_assert` as a statement; `None` for any other.
+    pub(super) fn parse_effect(
+        &mut self,
+        call: &syn::ExprCall,
+        name: &str,
+    ) -> syn::Result<Option<Stmt>> {
         let args: Vec<&syn::Expr> = call.args.iter().collect();
         let arity = |counts: &[usize]| {
             check_arity(
                 call,
                 &format!("`{name}`"),
-                usage(FUNCTIONS, &name),
+                usage(FUNCTIONS, name),
                 args.len(),
                 counts,
             )
         };
         let span = call.span();
-        Ok(Some(match name.as_str() {
+        Ok(Some(match name {
             "store" => {
                 arity(&[2, 3])?;
                 let ptr = self.parse_expr(args[0])?;
@@ -461,22 +481,187 @@ impl BodyParser {
     }
 }
 
-/// The name of a called function, which must be a plain name.
-fn function_name(call: &syn::ExprCall) -> syn::Result<String> {
-    match &*call.func {
-        syn::Expr::Path(path) if path.qself.is_none() => match path.path.get_ident() {
-            Some(name) => Ok(name.to_string()),
-            None => Err(syn::Error::new_spanned(
+impl BodyParser {
+    /// What `call` calls: a plain name of the DSL's functions is one of them; any other path is a
+    /// `#[kernel_fn]`, resolved by Rust. What cannot be a function is refused here.
+    pub(super) fn callee<'a>(&self, call: &'a syn::ExprCall) -> syn::Result<Callee<'a>> {
+        let not_a_function = || {
+            syn::Error::new_spanned(
                 &call.func,
                 format!(
-                    "only the DSL's functions can be called in a kernel, by their plain names: {}",
+                    "only functions can be called in {}: the DSL's ({}) and `#[kernel_fn]`s, by \
+                     name or path",
+                    self.item.noun(),
                     names(FUNCTIONS)
                 ),
-            )),
-        },
-        other => Err(syn::Error::new_spanned(
-            other,
-            "only the DSL's functions can be called in a kernel",
-        )),
+            )
+        };
+        let syn::Expr::Path(expr_path) = &*call.func else {
+            return Err(not_a_function());
+        };
+        if let Some(attribute) = expr_path.attrs.first() {
+            return Err(syn::Error::new_spanned(
+                attribute,
+                format!("attributes are not supported in {}", self.item.noun()),
+            ));
+        }
+        if let Some(qself) = &expr_path.qself {
+            return Err(syn::Error::new_spanned(
+                &qself.ty,
+                "a `#[kernel_fn]` is called by its path, such as `f(..)` or `module::f(..)`, \
+                 without a `<T as Trait>` qualifier",
+            ));
+        }
+        let path = &expr_path.path;
+        let (last, leading) = {
+            let mut segments = path.segments.iter().rev();
+            let last = segments.next().ok_or_else(not_a_function)?;
+            (last, segments)
+        };
+        for segment in leading {
+            if !segment.arguments.is_none() {
+                return Err(syn::Error::new_spanned(
+                    &segment.arguments,
+                    "generic arguments go on the function's name, as in \
+                     `module::f::<T, BLOCK>(..)`",
+                ));
+            }
+            if segment.ident == "Self" {
+                return Err(syn::Error::new_spanned(
+                    &segment.ident,
+                    "`Self` has no functions here",
+                ));
+            }
+        }
+        if path.leading_colon.is_none() && path.segments.len() == 1 {
+            let ident = &last.ident;
+            let name = ident.to_string();
+            if is_builtin(&name) {
+                if !last.arguments.is_none() {
+                    return Err(syn::Error::new_spanned(
+                        &last.arguments,
+                        format!(
+                            "`{name}` takes no generic arguments; write {}",
+                            usage(FUNCTIONS, &name)
+                        ),
+                    ));
+                }
+                return Ok(Callee::Builtin(name));
+            }
+            match self.scopes.lookup(ident) {
+                None => {}
+                Some(BindingKind::DTypeParam) => {
+                    return Err(syn::Error::new_spanned(
+                        ident,
+                        format!(
+                            "`{name}` is a dtype parameter, not a function; convert with \
+                             `x.to::<{name}>()`"
+                        ),
+                    ));
+                }
+                Some(_) => {
+                    return Err(syn::Error::new_spanned(
+                        ident,
+                        format!(
+                            "`{name}` is a variable, not a function; only the DSL's functions \
+                             and `#[kernel_fn]`s can be called"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let PathArguments::Parenthesized(arguments) = &last.arguments {
+            return Err(syn::Error::new_spanned(
+                arguments,
+                "expected a function's path",
+            ));
+        }
+        Ok(Callee::Function(path))
+    }
+
+    /// A call of a `#[kernel_fn]`: its turbofish's values, then its arguments.
+    pub(super) fn parse_fn_call(
+        &mut self,
+        call: &syn::ExprCall,
+        path: &syn::Path,
+    ) -> syn::Result<FnCall> {
+        let mut bare = path.clone();
+        let last = bare.segments.last_mut().expect("`callee` checked the path");
+        let generics = match std::mem::replace(&mut last.arguments, PathArguments::None) {
+            PathArguments::AngleBracketed(arguments) => arguments
+                .args
+                .iter()
+                .map(|argument| self.parse_generic_value(argument))
+                .collect::<syn::Result<_>>()?,
+            _ => Vec::new(),
+        };
+        let args = call
+            .args
+            .iter()
+            .map(|arg| self.parse_expr(arg))
+            .collect::<syn::Result<_>>()?;
+        Ok(FnCall {
+            path: bare,
+            generics,
+            args,
+            span: call.span(),
+        })
+    }
+
+    /// A value of a call's turbofish: a dtype (a DSL dtype name or the caller's type parameter)
+    /// for a type parameter, a constant (a name, a literal or `{ expr }`) for a `const` one.
+    fn parse_generic_value(&mut self, argument: &GenericArgument) -> syn::Result<GenericValue> {
+        let expected = || {
+            syn::Error::new_spanned(
+                argument,
+                format!(
+                    "a generic argument of a `#[kernel_fn]` call is a dtype ({} or a type \
+                     parameter), a constant such as `BLOCK_M`, `64` or `true`, or `{{ expr }}`",
+                    DType::NAMES
+                ),
+            )
+        };
+        match argument {
+            GenericArgument::Type(syn::Type::Path(type_path)) if type_path.qself.is_none() => {
+                let Some(name) = type_path.path.get_ident() else {
+                    return Err(expected());
+                };
+                match self.scopes.lookup(name) {
+                    Some(BindingKind::DTypeParam) => Ok(GenericValue::DType(
+                        DTypeRef::Param(name.clone()),
+                        name.span(),
+                    )),
+                    Some(_) => Ok(GenericValue::Const(Expr {
+                        kind: ExprKind::Variable(name.clone()),
+                        span: name.span(),
+                    })),
+                    None => match DType::from_name(&name.to_string()) {
+                        Some(dtype) => Ok(GenericValue::DType(DTypeRef::Fixed(dtype), name.span())),
+                        None => Err(self.not_found(name)),
+                    },
+                }
+            }
+            GenericArgument::Const(syn::Expr::Block(block)) => match block.block.stmts.as_slice() {
+                [syn::Stmt::Expr(value, None)] => Ok(GenericValue::Const(self.parse_expr(value)?)),
+                _ => Err(syn::Error::new_spanned(
+                    block,
+                    "a `{ .. }` generic argument holds one expression, such as `{ BLOCK_M * 2 }`",
+                )),
+            },
+            GenericArgument::Const(value) => Ok(GenericValue::Const(self.parse_expr(value)?)),
+            _ => Err(expected()),
+        }
+    }
+
+    /// The error for a name that is not bound.
+    pub(super) fn not_found(&self, name: &syn::Ident) -> syn::Error {
+        let message = match self.item {
+            Item::Kernel => format!("cannot find `{name}` in this kernel"),
+            Item::Function => format!(
+                "cannot find `{name}` in this function; a `#[kernel_fn]` sees only its own \
+                 parameters, arguments and variables (pass it as an argument)"
+            ),
+        };
+        syn::Error::new_spanned(name, message)
     }
 }

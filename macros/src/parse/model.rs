@@ -1,6 +1,6 @@
-//! The typed model of a kernel that parsing produces and generation consumes: its signature, and
-//! its body as DSL statements and expressions. Everything here has been validated; every node
-//! keeps the span its `Loc` and any error will point at.
+//! The typed model of a kernel or `#[kernel_fn]` that parsing produces and generation consumes:
+//! its signature, and its body as DSL statements and expressions. Everything here has been
+//! validated; every node keeps the span its `Loc` and any error will point at.
 
 use proc_macro2::Span;
 use syn::{Attribute, Ident, LitStr, Path, Visibility};
@@ -14,6 +14,70 @@ pub(crate) struct KernelDef {
     pub(crate) params: Vec<SpecParamDef>,
     pub(crate) args: Vec<ArgDef>,
     pub(crate) body: Block,
+}
+
+/// A `#[kernel_fn]`: a DSL function, inlined into the kernel that calls it when that is built.
+pub(crate) struct FnDef {
+    pub(crate) name: Ident,
+    pub(crate) visibility: Visibility,
+    /// Doc comments and `#[cfg]`s, moved onto the generated module.
+    pub(crate) kept_attributes: Vec<Attribute>,
+    /// Its generic parameters: passed by the call's turbofish (as a kernel's are by the `Spec`).
+    pub(crate) params: Vec<SpecParamDef>,
+    pub(crate) args: Vec<FnArgDef>,
+    pub(crate) body: Block,
+    pub(crate) results: FnResults,
+}
+
+/// An argument of a `#[kernel_fn]`.
+pub(crate) struct FnArgDef {
+    pub(crate) name: Ident,
+    /// `mut x: ..`: the body may assign the argument (its own variable, not the caller's).
+    pub(crate) mutable: bool,
+    pub(crate) ty: FnType,
+}
+
+/// What a `#[kernel_fn]` declares an argument or result to be; checked when a call is built.
+pub(crate) enum FnType {
+    /// `i32`, `f16`, `bool`, `T`..: a scalar of this dtype.
+    Scalar(DTypeRef),
+    /// `Ptr<D>`: a pointer or a tile of pointers.
+    Ptr(DTypeRef),
+    /// `BlockPtr<D>`.
+    BlockPtr(DTypeRef),
+    /// `Tile`, `Tile<D>`: a tile (or scalar) of numbers.
+    Tile(Option<DTypeRef>),
+    /// `_`: anything.
+    Any,
+}
+
+/// What a `#[kernel_fn]` gives: its declared result types with the values its body ends with.
+pub(crate) enum FnResults {
+    /// No `-> ..`.
+    Nothing,
+    /// `-> T`, and the body's tail expression.
+    One(FnType, Expr),
+    /// `-> (A, B, ..)`, and the body's tail tuple `(a, b, ..)`.
+    Tuple(Vec<(FnType, Expr)>),
+}
+
+/// A call of a `#[kernel_fn]` from a kernel or another `#[kernel_fn]`.
+pub(crate) struct FnCall {
+    /// The function's path as written, without its generic arguments; resolved from the module
+    /// that holds the caller.
+    pub(crate) path: Path,
+    /// The turbofish's values, in order.
+    pub(crate) generics: Vec<GenericValue>,
+    pub(crate) args: Vec<Expr>,
+    /// The call (its first token).
+    pub(crate) span: Span,
+}
+
+/// A generic argument of a call: a dtype for a type parameter, a constant for a `const` one.
+pub(crate) enum GenericValue {
+    /// A dtype name or the caller's type parameter, and where it is written.
+    DType(DTypeRef, Span),
+    Const(Expr),
 }
 
 /// A generic parameter of the kernel's `fn`.
@@ -114,6 +178,13 @@ pub(crate) enum Stmt {
     },
     For(ForLoop),
     If(IfElse),
+    /// `f(..);`: a call of a `#[kernel_fn]` that gives nothing.
+    Call(FnCall),
+    /// `let (a, b) = f(..);`: the values of a `#[kernel_fn]` that gives a tuple; `None` for `_`.
+    LetTuple {
+        names: Vec<Option<Ident>>,
+        call: FnCall,
+    },
 }
 
 /// `for i in lower..upper { body }` or `for i in (lower..upper).step_by(step) { body }`.
@@ -225,6 +296,8 @@ pub(crate) enum ExprKind {
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
     Cdiv(Box<Expr>, Box<Expr>),
     If(Box<IfValue>),
+    /// A call of a `#[kernel_fn]` that gives one value.
+    Call(Box<FnCall>),
 }
 
 impl Expr {
@@ -305,7 +378,20 @@ impl ExprKind {
             ExprKind::BroadcastTo(value, shape) => [&**value].into_iter().chain(shape).collect(),
             ExprKind::Select(cond, if_true, if_false) => vec![&**cond, &**if_true, &**if_false],
             ExprKind::If(if_value) => vec![&if_value.cond],
+            ExprKind::Call(call) => call.operands(),
         }
+    }
+}
+
+impl FnCall {
+    /// The expressions a call evaluates, in order: its `const` generic values, then its arguments.
+    /// (The function cannot assign its caller's variables: it has its own scope.)
+    pub(crate) fn operands(&self) -> Vec<&Expr> {
+        let generics = self.generics.iter().filter_map(|generic| match generic {
+            GenericValue::Const(expr) => Some(expr),
+            GenericValue::DType(..) => None,
+        });
+        generics.chain(&self.args).collect()
     }
 }
 

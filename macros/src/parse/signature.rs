@@ -1,46 +1,52 @@
-//! The kernel's signature: generic parameters are specialisation parameters, arguments are
-//! pointers and scalars. Anything else in the `fn`'s header is refused.
+//! The signature of a kernel or `#[kernel_fn]`: generic parameters are specialisation
+//! parameters; a kernel's arguments are pointers and scalars, a function's any DSL values, with
+//! its result types. Anything else in the `fn`'s header is refused.
 
 use syn::{
     FnArg, GenericArgument, GenericParam, Generics, Ident, Pat, PathArguments, ReturnType,
     Signature, Type,
 };
 
-use super::model::{ArgDef, ArgType, DType, DTypeRef, SpecKind, SpecParamDef};
+use super::Item;
+use super::model::{ArgDef, ArgType, DType, DTypeRef, FnArgDef, FnType, SpecKind, SpecParamDef};
 
-/// Checks the `fn`'s qualifiers and return type: a kernel is a plain `fn` that returns nothing.
-pub(crate) fn check_header(signature: &Signature) -> syn::Result<()> {
+/// Checks the `fn`'s qualifiers, and a kernel's return type: a kernel is a plain `fn` that
+/// returns nothing.
+pub(crate) fn check_header(signature: &Signature, item: Item) -> syn::Result<()> {
+    let noun = item.noun();
     if let Some(constness) = &signature.constness {
         return Err(syn::Error::new_spanned(
             constness,
-            "a kernel cannot be a `const fn`; remove `const`",
+            format!("{noun} cannot be a `const fn`; remove `const`"),
         ));
     }
     if let Some(asyncness) = &signature.asyncness {
         return Err(syn::Error::new_spanned(
             asyncness,
-            "a kernel cannot be an `async fn`; remove `async`",
+            format!("{noun} cannot be an `async fn`; remove `async`"),
         ));
     }
     if let Some(unsafety) = &signature.unsafety {
         return Err(syn::Error::new_spanned(
             unsafety,
-            "a kernel cannot be an `unsafe fn`; remove `unsafe`",
+            format!("{noun} cannot be an `unsafe fn`; remove `unsafe`"),
         ));
     }
     if let Some(abi) = &signature.abi {
         return Err(syn::Error::new_spanned(
             abi,
-            "a kernel cannot declare an ABI; remove it",
+            format!("{noun} cannot declare an ABI; remove it"),
         ));
     }
     if let Some(variadic) = &signature.variadic {
         return Err(syn::Error::new_spanned(
             variadic,
-            "a kernel cannot be variadic",
+            format!("{noun} cannot be variadic"),
         ));
     }
-    if let ReturnType::Type(..) = &signature.output {
+    if item == Item::Kernel
+        && let ReturnType::Type(..) = &signature.output
+    {
         return Err(syn::Error::new_spanned(
             &signature.output,
             "a kernel returns nothing; write results through a pointer argument with `store`",
@@ -50,27 +56,36 @@ pub(crate) fn check_header(signature: &Signature) -> syn::Result<()> {
 }
 
 /// The generic parameters: type parameters are dtypes, `const` parameters integers or bools.
-pub(crate) fn parse_params(generics: &Generics) -> syn::Result<Vec<SpecParamDef>> {
+pub(crate) fn parse_params(generics: &Generics, item: Item) -> syn::Result<Vec<SpecParamDef>> {
+    let noun = item.noun();
     if let Some(where_clause) = &generics.where_clause {
         return Err(syn::Error::new_spanned(
             where_clause,
-            "a kernel cannot have a `where` clause; type parameters are dtypes and need no bounds",
+            format!(
+                "{noun} cannot have a `where` clause; type parameters are dtypes and need no bounds"
+            ),
         ));
     }
+    let no_defaults = match item {
+        Item::Kernel => {
+            "specialisation parameters have no defaults; give every value in the `Spec`"
+        }
+        Item::Function => {
+            "the generic parameters of a `#[kernel_fn]` have no defaults; every call passes them \
+             all, as in `f::<T, BLOCK>(..)`"
+        }
+    };
     generics
         .params
         .iter()
         .map(|param| match param {
             GenericParam::Lifetime(lifetime) => Err(syn::Error::new_spanned(
                 lifetime,
-                "a kernel cannot have lifetime parameters",
+                format!("{noun} cannot have lifetime parameters"),
             )),
             GenericParam::Type(type_param) => {
                 if let Some(default) = &type_param.default {
-                    return Err(syn::Error::new_spanned(
-                        default,
-                        "specialisation parameters have no defaults; give every value in the `Spec`",
-                    ));
+                    return Err(syn::Error::new_spanned(default, no_defaults));
                 }
                 Ok(SpecParamDef {
                     name: type_param.ident.clone(),
@@ -79,18 +94,21 @@ pub(crate) fn parse_params(generics: &Generics) -> syn::Result<Vec<SpecParamDef>
             }
             GenericParam::Const(const_param) => {
                 if let Some(default) = &const_param.default {
-                    return Err(syn::Error::new_spanned(
-                        default,
-                        "specialisation parameters have no defaults; give every value in the `Spec`",
-                    ));
+                    return Err(syn::Error::new_spanned(default, no_defaults));
                 }
-                let kind = match single_ident(&const_param.ty).map(|i| i.to_string()).as_deref() {
+                let kind = match single_ident(&const_param.ty)
+                    .map(|i| i.to_string())
+                    .as_deref()
+                {
                     Some("usize" | "u32" | "i32" | "i64") => SpecKind::Int,
                     Some("bool") => SpecKind::Bool,
                     _ => {
                         return Err(syn::Error::new_spanned(
                             &const_param.ty,
-                            "a `const` parameter of a kernel must be `usize`, `u32`, `i32`, `i64` or `bool`",
+                            format!(
+                                "a `const` parameter of {noun} must be `usize`, `u32`, `i32`, \
+                                 `i64` or `bool`"
+                            ),
                         ));
                     }
                 };
@@ -112,34 +130,159 @@ pub(crate) fn parse_args(
         .inputs
         .iter()
         .map(|input| {
-            let typed = match input {
-                FnArg::Receiver(receiver) => {
-                    return Err(syn::Error::new_spanned(
-                        receiver,
-                        "a kernel takes no `self`; make it a free `fn`",
-                    ));
-                }
-                FnArg::Typed(typed) => typed,
-            };
-            let Pat::Ident(pattern) = &*typed.pat else {
-                return Err(syn::Error::new_spanned(
-                    &typed.pat,
-                    "a kernel argument must be a plain name, such as `x: Ptr<f32>`",
-                ));
-            };
-            if pattern.by_ref.is_some() || pattern.subpat.is_some() {
-                return Err(syn::Error::new_spanned(
-                    pattern,
-                    "a kernel argument must be a plain name, such as `x: Ptr<f32>`",
-                ));
-            }
+            let (name, mutable, ty) = arg_parts(input, Item::Kernel)?;
             Ok(ArgDef {
-                name: pattern.ident.clone(),
-                mutable: pattern.mutability.is_some(),
-                ty: parse_arg_type(&typed.ty, params)?,
+                name,
+                mutable,
+                ty: parse_arg_type(ty, params)?,
             })
         })
         .collect()
+}
+
+/// A `#[kernel_fn]`'s arguments: a scalar dtype, `Ptr<D>`, `BlockPtr<D>`, `Tile`, `Tile<D>`, `_`.
+pub(crate) fn parse_fn_args(
+    signature: &Signature,
+    params: &[SpecParamDef],
+) -> syn::Result<Vec<FnArgDef>> {
+    signature
+        .inputs
+        .iter()
+        .map(|input| {
+            let (name, mutable, ty) = arg_parts(input, Item::Function)?;
+            Ok(FnArgDef {
+                name,
+                mutable,
+                ty: parse_fn_type(ty, params)?,
+            })
+        })
+        .collect()
+}
+
+/// A `#[kernel_fn]`'s result types: none, `-> T`, or `-> (A, B, ..)` of up to 8.
+pub(crate) fn parse_fn_return(
+    output: &ReturnType,
+    params: &[SpecParamDef],
+) -> syn::Result<Option<Vec<FnType>>> {
+    let ReturnType::Type(_, ty) = output else {
+        return Ok(None);
+    };
+    match &**ty {
+        Type::Tuple(tuple) if tuple.elems.is_empty() => Err(syn::Error::new_spanned(
+            output,
+            "a `#[kernel_fn]` that gives nothing declares no result type; remove `-> ()`",
+        )),
+        Type::Tuple(tuple) if tuple.elems.len() == 1 => Err(syn::Error::new_spanned(
+            tuple,
+            "a `#[kernel_fn]` that gives one value declares it without a tuple, as in `-> i32`",
+        )),
+        Type::Tuple(tuple) if tuple.elems.len() > MAX_RESULTS => Err(syn::Error::new_spanned(
+            tuple,
+            format!("a `#[kernel_fn]` gives at most {MAX_RESULTS} values"),
+        )),
+        Type::Tuple(tuple) => tuple
+            .elems
+            .iter()
+            .map(|element| parse_fn_type(element, params))
+            .collect::<syn::Result<Vec<_>>>()
+            .map(Some),
+        Type::Paren(paren) => parse_fn_type(&paren.elem, params).map(|ty| Some(vec![ty])),
+        other => parse_fn_type(other, params).map(|ty| Some(vec![ty])),
+    }
+}
+
+/// As many values as kiln-dsl's `FnResult` takes in a tuple.
+const MAX_RESULTS: usize = 8;
+
+/// The name, mutability and type of an argument, which must be a plain name.
+fn arg_parts(input: &FnArg, item: Item) -> syn::Result<(Ident, bool, &Type)> {
+    let noun = item.noun();
+    let typed = match input {
+        FnArg::Receiver(receiver) => {
+            return Err(syn::Error::new_spanned(
+                receiver,
+                format!("{noun} takes no `self`; make it a free `fn`"),
+            ));
+        }
+        FnArg::Typed(typed) => typed,
+    };
+    let message = match item {
+        Item::Kernel => "a kernel argument must be a plain name, such as `x: Ptr<f32>`",
+        Item::Function => "a `#[kernel_fn]` argument must be a plain name, such as `x: Tile`",
+    };
+    let Pat::Ident(pattern) = &*typed.pat else {
+        return Err(syn::Error::new_spanned(&typed.pat, message));
+    };
+    if pattern.by_ref.is_some() || pattern.subpat.is_some() {
+        return Err(syn::Error::new_spanned(pattern, message));
+    }
+    Ok((
+        pattern.ident.clone(),
+        pattern.mutability.is_some(),
+        &typed.ty,
+    ))
+}
+
+/// A `#[kernel_fn]` argument or result type.
+fn parse_fn_type(ty: &Type, params: &[SpecParamDef]) -> syn::Result<FnType> {
+    let expected = || {
+        syn::Error::new_spanned(
+            ty,
+            format!(
+                "a `#[kernel_fn]` argument or result is a scalar ({} or a type parameter), \
+                 `Ptr<D>`, `BlockPtr<D>`, `Tile`, `Tile<D>` or `_` (anything)",
+                DType::NAMES
+            ),
+        )
+    };
+    let type_path = match ty {
+        Type::Infer(_) => return Ok(FnType::Any),
+        Type::Path(type_path) if type_path.qself.is_none() => type_path,
+        _ => return Err(expected()),
+    };
+    let last = type_path.path.segments.last().ok_or_else(expected)?;
+    let element = || -> syn::Result<Option<DTypeRef>> {
+        let PathArguments::AngleBracketed(arguments) = &last.arguments else {
+            return Ok(None);
+        };
+        match arguments.args.first() {
+            Some(GenericArgument::Type(element)) if arguments.args.len() == 1 => {
+                let dtype = parse_signature_dtype(element, params).ok_or_else(|| {
+                    syn::Error::new_spanned(
+                        element,
+                        format!("expected a dtype: {} or a type parameter", DType::NAMES),
+                    )
+                })?;
+                Ok(Some(dtype))
+            }
+            _ => Err(syn::Error::new_spanned(
+                arguments,
+                format!("`{}` takes one dtype, such as `<f32>` or `<T>`", last.ident),
+            )),
+        }
+    };
+    let needs_element = |what: &str| {
+        syn::Error::new_spanned(
+            ty,
+            format!("`{what}` needs its element type: write `{what}<f32>` or `{what}<T>`"),
+        )
+    };
+    if last.ident == "Ptr" {
+        return element()?
+            .map(FnType::Ptr)
+            .ok_or_else(|| needs_element("Ptr"));
+    }
+    if last.ident == "BlockPtr" {
+        return element()?
+            .map(FnType::BlockPtr)
+            .ok_or_else(|| needs_element("BlockPtr"));
+    }
+    if last.ident == "Tile" {
+        return element().map(FnType::Tile);
+    }
+    parse_signature_dtype(ty, params)
+        .map(FnType::Scalar)
+        .ok_or_else(expected)
 }
 
 fn parse_arg_type(ty: &Type, params: &[SpecParamDef]) -> syn::Result<ArgType> {

@@ -1,13 +1,17 @@
-//! Statements: `let`, assignments, `store`/`static_assert` calls, `for` loops and `if`s; and `if`s
-//! used as values, whose branches are statements ending with a value.
+//! Statements: `let`, assignments, `store`/`static_assert` calls and calls of `#[kernel_fn]`s,
+//! `for` loops and `if`s; `if`s used as values, whose branches are statements ending with a value;
+//! and the body of a `#[kernel_fn]`, which ends with what it gives.
 
 use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{BinOp, Ident, Pat, RangeLimits};
 
-use super::BodyParser;
-use super::model::{BinaryOp, Block, Expr, ExprKind, ForLoop, IfElse, IfValue, Stmt, ValueBlock};
+use super::functions::{Callee, is_builtin};
+use super::model::{
+    BinaryOp, Block, Expr, ExprKind, FnResults, FnType, ForLoop, IfElse, IfValue, Stmt, ValueBlock,
+};
 use super::scope::BindingKind;
+use super::{BodyParser, Item};
 
 impl BodyParser {
     /// A `{ .. }` block: its statements, in a scope of their own.
@@ -47,6 +51,7 @@ impl BodyParser {
             Pat::Ident(pattern) if pattern.by_ref.is_none() && pattern.subpat.is_none() => {
                 (pattern.ident.clone(), pattern.mutability.is_some())
             }
+            Pat::Tuple(tuple) => return self.parse_let_tuple(local, tuple),
             Pat::Type(typed) => {
                 return Err(syn::Error::new_spanned(
                     &typed.ty,
@@ -79,9 +84,64 @@ impl BodyParser {
         Ok(Stmt::Let { name, value })
     }
 
-    /// A new binding may shadow anything but a dtype parameter, which stands for a `DType`.
+    /// `let (a, b) = f(..);`: the values of a `#[kernel_fn]` that gives a tuple, bound to plain
+    /// names or `_`.
+    fn parse_let_tuple(&mut self, local: &syn::Local, tuple: &syn::PatTuple) -> syn::Result<Stmt> {
+        let call = match local.init.as_ref().map(|init| (&*init.expr, &init.diverge)) {
+            Some((syn::Expr::Call(call), None)) => match self.callee(call)? {
+                Callee::Function(path) => Some((call, path)),
+                Callee::Builtin(_) => None,
+            },
+            _ => None,
+        };
+        let Some((call, path)) = call else {
+            return Err(syn::Error::new_spanned(
+                local,
+                "a tuple pattern binds the values of a `#[kernel_fn]` that gives a tuple, as in \
+                 `let (a, b) = f(..);`; bind other values one `let` at a time",
+            ));
+        };
+        if tuple.elems.len() < 2 {
+            return Err(syn::Error::new_spanned(
+                tuple,
+                "a tuple pattern binds two values or more, as in `let (a, b) = f(..);`",
+            ));
+        }
+        let mut patterns = Vec::with_capacity(tuple.elems.len());
+        for element in &tuple.elems {
+            patterns.push(match element {
+                Pat::Ident(pattern) if pattern.by_ref.is_none() && pattern.subpat.is_none() => {
+                    Some((pattern.ident.clone(), pattern.mutability.is_some()))
+                }
+                Pat::Wild(_) => None,
+                other => {
+                    return Err(syn::Error::new_spanned(
+                        other,
+                        "each element of a tuple pattern is a plain name or `_`, as in \
+                         `let (a, mut b, _) = f(..);`",
+                    ));
+                }
+            });
+        }
+        let call = self.parse_fn_call(call, path)?;
+        let mut names = Vec::with_capacity(patterns.len());
+        for pattern in patterns {
+            names.push(match pattern {
+                Some((name, mutable)) => {
+                    self.check_new_name(&name)?;
+                    self.scopes.bind(&name, BindingKind::Local { mutable });
+                    Some(name)
+                }
+                None => None,
+            });
+        }
+        Ok(Stmt::LetTuple { names, call })
+    }
+
+    /// A new binding may shadow anything but a dtype parameter, which stands for a `DType` (and,
+    /// in a kernel, `SIGNATURE`, which names the generated signature).
     fn check_new_name(&self, name: &Ident) -> syn::Result<()> {
-        if name == "SIGNATURE" {
+        if self.item == Item::Kernel && name == "SIGNATURE" {
             return Err(syn::Error::new_spanned(
                 name,
                 "`SIGNATURE` names the kernel's generated signature; choose another name",
@@ -131,9 +191,12 @@ impl BodyParser {
             )),
             syn::Expr::ForLoop(for_loop) => self.parse_for(for_loop).map(Stmt::For),
             syn::Expr::If(expr_if) => self.parse_if(expr_if).map(Stmt::If),
-            syn::Expr::Call(call) => match self.parse_effect(call)? {
-                Some(stmt) => Ok(stmt),
-                None => self.unused_value(expr),
+            syn::Expr::Call(call) => match self.callee(call)? {
+                Callee::Builtin(name) => match self.parse_effect(call, &name)? {
+                    Some(stmt) => Ok(stmt),
+                    None => self.unused_value(expr),
+                },
+                Callee::Function(path) => self.parse_fn_call(call, path).map(Stmt::Call),
             },
             _ => self.unused_value(expr),
         }
@@ -160,6 +223,13 @@ impl BodyParser {
                     target,
                     "cannot assign to an element of a tile; build a new tile, such as \
                      `x = where_(mask, new, x)`",
+                ));
+            }
+            syn::Expr::Tuple(_) => {
+                return Err(syn::Error::new_spanned(
+                    target,
+                    "a tuple cannot be assigned in a kernel; bind the values with \
+                     `let (a2, b2) = f(..);`, then assign `a = a2;`",
                 ));
             }
             _ => None,
@@ -387,6 +457,112 @@ impl BodyParser {
             value,
         })
     }
+
+    /// The body of a `#[kernel_fn]` that declares `returns` (`None` without `-> ..`): its
+    /// statements, in a scope of their own, then the values it ends with: an expression for
+    /// `-> T`, a tuple `(a, b, ..)` for `-> (A, B, ..)`.
+    pub(super) fn parse_fn_body(
+        &mut self,
+        function: &syn::ItemFn,
+        returns: Option<Vec<FnType>>,
+    ) -> syn::Result<(Block, FnResults)> {
+        let name = &function.sig.ident;
+        let block = &function.block;
+        let Some(returns) = returns else {
+            if let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last()
+                && !is_statement(tail)
+            {
+                return Err(syn::Error::new_spanned(
+                    tail,
+                    format!(
+                        "`{name}` declares no result, so this value is unused; declare what it \
+                         gives, as in `-> i32`, or bind the value with `let`"
+                    ),
+                ));
+            }
+            return Ok((self.parse_block(block)?, FnResults::Nothing));
+        };
+        let (stmts, tail) = match block.stmts.split_last() {
+            Some((syn::Stmt::Expr(tail, None), stmts)) if !gives_no_value(tail) => (stmts, tail),
+            last => {
+                let output = &function.sig.output;
+                return Err(match last {
+                    Some((syn::Stmt::Expr(last, Some(semicolon)), _)) if !is_statement(last) => {
+                        syn::Error::new_spanned(
+                            semicolon,
+                            format!(
+                                "this `;` drops the value `{name}` should give: a `#[kernel_fn]` \
+                                 ends with what it gives; remove the `;`"
+                            ),
+                        )
+                    }
+                    _ => syn::Error::new_spanned(
+                        output,
+                        format!(
+                            "`{name}` gives `{}`: end its body with {}, without `;`",
+                            output
+                                .to_token_stream()
+                                .to_string()
+                                .trim_start_matches("-> "),
+                            if returns.len() == 1 {
+                                "the value"
+                            } else {
+                                "a tuple of the values, such as `(a, b)`"
+                            }
+                        ),
+                    ),
+                });
+            }
+        };
+        self.scopes.push_level();
+        let mut parsed = Vec::with_capacity(stmts.len());
+        for stmt in stmts {
+            parsed.push(self.parse_stmt(stmt)?);
+        }
+        let count = returns.len();
+        let results = match (strip_parens(tail), returns.len()) {
+            (syn::Expr::Tuple(tuple), 1) => {
+                return Err(syn::Error::new_spanned(
+                    tuple,
+                    format!(
+                        "`{name}` gives one value, not a tuple; declare `-> (A, B, ..)` to give \
+                         several"
+                    ),
+                ));
+            }
+            (_, 1) => {
+                let ty = returns.into_iter().next().expect("one result type");
+                FnResults::One(ty, self.parse_expr(tail)?)
+            }
+            (syn::Expr::Tuple(tuple), _) if tuple.elems.len() == count => {
+                let mut results = Vec::with_capacity(count);
+                for (ty, value) in returns.into_iter().zip(&tuple.elems) {
+                    results.push((ty, self.parse_expr(value)?));
+                }
+                FnResults::Tuple(results)
+            }
+            (syn::Expr::Tuple(tuple), _) => {
+                return Err(syn::Error::new_spanned(
+                    tuple,
+                    format!(
+                        "`{name}` gives {count} values, this tuple has {}",
+                        tuple.elems.len()
+                    ),
+                ));
+            }
+            (other, _) => {
+                return Err(syn::Error::new_spanned(
+                    other,
+                    format!(
+                        "`{name}` gives {count} values: end its body with a tuple of them, such \
+                         as `(a, b)`"
+                    ),
+                ));
+            }
+        };
+        self.scopes.pop_level();
+        Ok((Block { stmts: parsed }, results))
+    }
 }
 
 /// Whether an expression statement is one that gives no value (an assignment, a loop, an `if`, a
@@ -398,6 +574,27 @@ fn is_statement(expr: &syn::Expr) -> bool {
         | syn::Expr::While(_)
         | syn::Expr::Loop(_)
         | syn::Expr::If(_) => true,
+        syn::Expr::Binary(binary) => compound_assignment_op(&binary.op).is_some(),
+        // A `#[kernel_fn]` may give nothing: only the DSL's other functions surely give a value.
+        syn::Expr::Call(call) => match &*call.func {
+            syn::Expr::Path(path) => match path.path.get_ident() {
+                Some(name) => {
+                    name == "store" || name == "static_assert" || !is_builtin(&name.to_string())
+                }
+                None => true,
+            },
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// Whether an expression is surely a statement, never a value: an assignment, a loop, a `store`.
+fn gives_no_value(expr: &syn::Expr) -> bool {
+    match expr {
+        syn::Expr::Assign(_) | syn::Expr::ForLoop(_) | syn::Expr::While(_) | syn::Expr::Loop(_) => {
+            true
+        }
         syn::Expr::Binary(binary) => compound_assignment_op(&binary.op).is_some(),
         syn::Expr::Call(call) => matches!(
             &*call.func,

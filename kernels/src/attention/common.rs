@@ -1,0 +1,123 @@
+//! What the attention kernels share, written once as `#[kernel_fn]`s: each is inlined into the
+//! kernel that calls it when that kernel is built, so the kernels' IR is what it would be with the
+//! code written out in each.
+//!
+//! Tensors are `[batch, seqlen, heads, head_dim]` with element strides, head_dim contiguous. The
+//! causal mask is aligned bottom-right: query row i sees key j iff `j <= i + shift`, with
+//! `shift = seqlen_k - seqlen_q`.
+
+use kiln_dsl::kernel_fn;
+
+/// Refuses, when a kernel is built, a head dim kiln has no attention kernels for.
+#[kernel_fn]
+pub fn check_head_dim<const HEAD_DIM: usize>() {
+    static_assert(
+        HEAD_DIM == 32 || HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
+        "attention supports head dims 32, 64, 128 and 256",
+    );
+}
+
+/// The first element of head `head` of batch `batch` of a `[batch, seqlen, heads, head_dim]`
+/// tensor at `ptr`.
+#[kernel_fn]
+pub fn head_base<T>(
+    ptr: Ptr<T>,
+    batch: i32,
+    head: i32,
+    batch_stride: i64,
+    head_stride: i64,
+) -> Ptr<T> {
+    ptr + batch * batch_stride + head * head_stride
+}
+
+/// A block pointer to `ROWS` rows of one head, `[first_row, first_row + ROWS) x [0, HEAD_DIM)`
+/// of the `[seqlen, HEAD_DIM]` rows at `base` (from [`head_base`]); rows past `seqlen` load as 0.
+#[kernel_fn]
+pub fn row_block<T, const HEAD_DIM: usize, const ROWS: usize>(
+    base: Ptr<T>,
+    seqlen: i32,
+    seq_stride: i64,
+    first_row: i32,
+) -> BlockPtr<T> {
+    make_block_ptr(
+        base,
+        [seqlen, HEAD_DIM],
+        [seq_stride, 1],
+        [first_row, 0],
+        [ROWS, HEAD_DIM],
+        [1, 0],
+    )
+}
+
+/// The keys query block `start_m` visits, `0..end_n`, and `full_end`, where the key tiles that
+/// need no mask end (a multiple of `BLOCK_N`): tiles past `seqlen_k`, and causal, tiles that cross
+/// the diagonal of the block's first row, need one. A causal block ends at its last row's
+/// diagonal.
+#[kernel_fn]
+pub fn key_range<const BLOCK_M: usize, const BLOCK_N: usize, const CAUSAL: bool>(
+    start_m: i32,
+    shift: i32,
+    seqlen_k: i32,
+) -> (i32, i32) {
+    let full_tiles_end = seqlen_k / BLOCK_N * BLOCK_N;
+    let end_n = if CAUSAL {
+        minimum(seqlen_k, maximum((start_m + 1) * BLOCK_M + shift, 0))
+    } else {
+        seqlen_k
+    };
+    let full_end = if CAUSAL {
+        minimum(
+            full_tiles_end,
+            maximum(start_m * BLOCK_M + shift + 1, 0) / BLOCK_N * BLOCK_N,
+        )
+    } else {
+        full_tiles_end
+    };
+    (end_n, full_end)
+}
+
+/// Which keys `offs_n` the query rows `offs_m` see, as a `[rows, keys]` mask: keys inside the
+/// sequence and, causal, on or before each row's diagonal.
+#[kernel_fn]
+pub fn visible<const CAUSAL: bool>(
+    offs_m: Tile<i32>,
+    offs_n: Tile<i32>,
+    shift: i32,
+    seqlen_k: i32,
+) -> Tile<bool> {
+    let in_sequence = offs_n.expand_dims(0) < seqlen_k;
+    if CAUSAL {
+        in_sequence && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift
+    } else {
+        in_sequence
+    }
+}
+
+/// The scores `qk` of rows `offs_m` and keys `offs_n`, `-inf` where the row does not see the key
+/// (see [`visible`]), so that the softmax gives those keys no weight.
+#[kernel_fn]
+pub fn mask_scores<const CAUSAL: bool>(
+    qk: Tile<f32>,
+    offs_m: Tile<i32>,
+    offs_n: Tile<i32>,
+    shift: i32,
+    seqlen_k: i32,
+) -> Tile<f32> {
+    where_(
+        visible::<CAUSAL>(offs_m, offs_n, shift, seqlen_k),
+        qk,
+        f32::NEG_INFINITY,
+    )
+}
+
+/// The forward's natural-log LSE of query rows in base 2, for `P = exp2(s * log2(e) - lse_log2)`.
+/// A row that saw no key (LSE = -inf) gets `+inf`, so that its `P` is `exp2(-inf) = 0`, never
+/// `exp2(x - (-inf))`.
+#[kernel_fn]
+pub fn lse_log2(lse_row: Tile<f32>) -> Tile<f32> {
+    where_(
+        lse_row == f32::NEG_INFINITY,
+        f32::INFINITY,
+        lse_row * f32::consts::LOG2_E,
+    )
+}
