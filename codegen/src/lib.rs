@@ -12,20 +12,30 @@
 //! | stage | module | what its dump shows |
 //! | --- | --- | --- |
 //! | `tile` | kiln-dsl | the checked tile IR, as kiln-dsl prints it |
-//! | `layout` | [`layout`] | the same IR with a [`layout::Layout`] on every tile value |
-//! | `llir` | [`llvm`] | LLVM NVVM IR as lowered, verified (each thread's registers, per op) |
+//! | `layout` | [`layout`] | the same IR with a [`layout::Layout`] on every tile value, and the conversions |
+//! | `thread` | [`thread`] | the thread program: what one thread runs, registers, shuffles, shared memory |
+//! | `llir` | [`llvm`] | LLVM NVVM IR translated op for op from the thread program, verified |
 //! | `llir-opt` | [`ptx`] | the LLVM IR after LLVM's `O3` pipeline: what the NVPTX back end gets |
 //! | `ptx` | [`ptx`] | PTX for the chosen [`Target`], byte-identical for the same input |
 //!
-//! What lowers today: 1-D tiles in blocked layouts, scalars, elementwise arithmetic, casts,
-//! compares and selects, pointer arithmetic, masked loads and stores, `program_id` and
-//! `num_programs`, scalar `for` and `if`. Anything else is a [`CodegenError::Unsupported`]
-//! naming the op and its DSL source line.
+//! Beside the pipeline, [`emulate`] runs the thread program on the CPU for a whole grid (every
+//! thread's registers, warp shuffles, shared memory and barriers) on the interpreter's host
+//! buffers, so that a layout, conversion or reduction bug fails in CI against the interpreter,
+//! not on the GPU. [`thread_program`] gives that program without LLVM's stages.
+//!
+//! What lowers today: scalars and 1-D and 2-D tiles in blocked and slice layouts, elementwise
+//! arithmetic, casts, compares and selects, pointer arithmetic, masked loads and stores, block
+//! pointers with boundary checks, `splat`, `broadcast`, `expand_dims`, `trans`, reductions along
+//! an axis, layout conversions through shared memory, `program_id` and `num_programs`, scalar
+//! `for` and `if`. Anything else (`dot`, for now) is a [`CodegenError::Unsupported`] naming the
+//! op and its DSL source line.
 
+pub mod emulate;
 pub mod error;
 pub mod layout;
 pub mod llvm;
 pub mod ptx;
+pub mod thread;
 
 use std::fmt;
 use std::str::FromStr;
@@ -130,15 +140,17 @@ impl CompileOptions {
 pub enum Stage {
     Tile,
     Layout,
+    Thread,
     Llir,
     LlirOpt,
     Ptx,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 6] = [
         Stage::Tile,
         Stage::Layout,
+        Stage::Thread,
         Stage::Llir,
         Stage::LlirOpt,
         Stage::Ptx,
@@ -148,6 +160,7 @@ impl Stage {
         match self {
             Stage::Tile => "tile",
             Stage::Layout => "layout",
+            Stage::Thread => "thread",
             Stage::Llir => "llir",
             Stage::LlirOpt => "llir-opt",
             Stage::Ptx => "ptx",
@@ -170,20 +183,22 @@ impl FromStr for Stage {
             .find(|s| s.name() == name)
             .ok_or_else(|| CodegenError::Options {
                 message: format!(
-                    "expected a stage of tile, layout, llir, llir-opt or ptx, got `{name}`"
+                    "expected a stage of tile, layout, thread, llir, llir-opt or ptx, got `{name}`"
                 ),
             })
     }
 }
 
-/// A compiled kernel: the text of every stage, the PTX last, and what a launch needs to know.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A compiled kernel: the text of every stage, the PTX last, the thread program (which
+/// [`emulate`] runs), and what a launch needs to know.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Compiled {
     /// The kernel's name, which is also the PTX entry's name.
     pub name: String,
     pub options: CompileOptions,
     /// The text of each stage, in [`Stage::ALL`] order.
     stages: Vec<String>,
+    program: thread::Program,
 }
 
 impl Compiled {
@@ -195,7 +210,7 @@ impl Compiled {
             .expect("Stage::ALL lists every stage")]
     }
 
-    /// The dump of the stage called `name` (`tile`, `layout`, `llir`, `llir-opt`, `ptx`).
+    /// The dump of the stage called `name` (`tile`, `layout`, `thread`, `llir`, `llir-opt`, `ptx`).
     pub fn dump(&self, name: &str) -> Result<&str, CodegenError> {
         Ok(self.stage(name.parse()?))
     }
@@ -204,21 +219,38 @@ impl Compiled {
         self.stage(Stage::Ptx)
     }
 
+    /// The thread program the PTX was translated from.
+    pub fn program(&self) -> &thread::Program {
+        &self.program
+    }
+
     /// The block size a launch must use: `32 * num_warps` threads along x.
     pub fn threads_per_block(&self) -> u32 {
         self.options.threads_per_block()
     }
 }
 
-/// Runs every stage on `kernel`: layouts, LLVM IR (verified), LLVM's optimisation, PTX.
+/// The layout and thread stages only: the program [`emulate`] runs, without LLVM.
+pub fn thread_program(
+    kernel: &Kernel,
+    options: &CompileOptions,
+) -> Result<thread::Program, CodegenError> {
+    options.validate()?;
+    let layouts = layout::assign(kernel, options)?;
+    thread::lower(kernel, &layouts, options)
+}
+
+/// Runs every stage on `kernel`: layouts, the thread program, LLVM IR (verified), LLVM's
+/// optimisation, PTX.
 pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, CodegenError> {
     options.validate()?;
     let layouts = layout::assign(kernel, options)?;
     let layout_text = layouts.to_text(kernel)?;
+    let program = thread::lower(kernel, &layouts, options)?;
     // One LLVM context per compile: nothing is shared between threads or between kernels.
     let context = Context::create();
     let machine = ptx::target_machine(options.target)?;
-    let module = llvm::lower(&context, kernel, &layouts, options, &machine)?;
+    let module = llvm::lower(&context, &program, &machine)?;
     let llir = module.print_to_string().to_string();
     ptx::optimize(&module, &machine)?;
     let llir_opt = module.print_to_string().to_string();
@@ -226,6 +258,14 @@ pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, Co
     Ok(Compiled {
         name: kernel.name().to_string(),
         options: options.clone(),
-        stages: vec![kernel.to_string(), layout_text, llir, llir_opt, ptx],
+        stages: vec![
+            kernel.to_string(),
+            layout_text,
+            program.to_string(),
+            llir,
+            llir_opt,
+            ptx,
+        ],
+        program,
     })
 }

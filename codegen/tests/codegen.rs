@@ -1,7 +1,8 @@
 //! kiln-codegen's tests, all in one binary because each test binary links LLVM (a long link):
-//! golden layout text, byte-identical PTX, the verifier on every op the lowering knows, errors
-//! that name the op and its line, ptxas on the PTX for sm_80 and sm_90a, and the PTX that
-//! kiln-runtime's GPU test carries, kept up to date.
+//! golden layout and thread-program text, byte-identical PTX, the verifier on every op the
+//! lowering knows, errors that name the op and its line, the emulator against the interpreter on
+//! every GPU case, ptxas on the PTX for sm_80 and sm_90a, and the PTX that kiln-runtime's GPU
+//! test carries, kept up to date.
 //!
 //! Regenerate golden files and the GPU test's PTX with `KILN_BLESS=1 cargo test -p kiln-codegen`.
 //! ptxas is taken from `KILN_PTXAS` (CI sets it; it must then work) or `PATH`; without it the
@@ -15,9 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kiln_codegen::layout::{BlockedLayout, Layout};
-use kiln_codegen::{CodegenError, CompileOptions, Compiled, Stage, Target, compile};
+use kiln_codegen::{
+    CodegenError, CompileOptions, Compiled, Stage, Target, compile, emulate, thread_program,
+};
 use kiln_dsl::prelude::*;
-use kiln_dsl::{Kernel, Spec};
+use kiln_dsl::{Grid, HostBuffer, Kernel, KernelArg, Spec};
 
 fn blessing() -> bool {
     std::env::var_os("KILN_BLESS").is_some()
@@ -109,16 +112,193 @@ fn layout_covers_loops_and_branches() {
     golden_layout("scale_loop_bf16_b256", "scale_loop_bf16_b256_w4_sm_80");
 }
 
+#[test]
+fn layout_of_a_row_softmax_reduces_in_slices_without_conversions() {
+    golden_layout("softmax_f32_m16_n128", "softmax_f32_m16_n128_w4_sm_80");
+}
+
+#[test]
+fn layout_of_a_transpose_converts_through_shared_memory() {
+    golden_layout("transpose_f16_m32_n64", "transpose_f16_m32_n64_w4_sm_80");
+}
+
+#[test]
+fn layout_of_column_sums_slices_along_rows() {
+    golden_layout(
+        "column_sums_f32_m32_n64",
+        "column_sums_f32_m32_n64_w4_sm_80",
+    );
+}
+
+/// The thread program of small kernels, as text: positions from thread ids, predicated
+/// accesses, a reduction's shuffles and shared-memory round, a conversion's barriers.
+#[test]
+fn thread_programs_of_small_kernels() {
+    for (name, case_name) in [
+        ("vector_add_f16_b64", "vector_add_f16_b64_w4_sm_80"),
+        ("row_max_f32_b64", ""),
+    ] {
+        let program = if case_name.is_empty() {
+            let kernel = row_max::build(&Spec::new().int("BLOCK", 64)).unwrap();
+            compile(&kernel, &CompileOptions::new(Target::Sm80, 2)).unwrap()
+        } else {
+            compile_case(&case(case_name))
+        };
+        let path = manifest_path(&format!("tests/golden/{name}.thread"));
+        check_file(&path, program.stage(Stage::Thread));
+    }
+}
+
+/// A 2 x 64 tile reduced along its rows into a 2-element column, on 2 warps: the lanes of a warp
+/// split a row, so the reduction is one in-thread step and five butterfly shuffles, and the
+/// result is the slice of the tile's layout.
+#[kernel]
+fn row_max<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>) {
+    let row = arange(0, 2).expand_dims(1);
+    let col = arange(0, BLOCK).expand_dims(0);
+    let m = load(x + row * BLOCK + col).max(1);
+    store(out + arange(0, 2), m);
+}
+
+// ---- the emulator against the interpreter ----
+
+/// A copy of a buffer (same dtype and bits): the emulator's own outputs.
+fn copy(buffer: &HostBuffer) -> HostBuffer {
+    let copy = HostBuffer::zeros(buffer.dtype(), buffer.len());
+    for i in 0..buffer.len() {
+        if buffer.dtype().is_float() {
+            copy.write_float(i, buffer.read_float(i));
+        } else {
+            copy.write_int(i, buffer.read_int(i));
+        }
+    }
+    copy
+}
+
+/// Runs `run` on the interpreter and, on copies of its buffers, on the emulator; returns what
+/// comparing them found.
+fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
+    let options = CompileOptions::new(Target::Sm80, case.num_warps);
+    let program =
+        thread_program(&case.kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    let emulated: Vec<HostBuffer> = run.buffers.iter().map(copy).collect();
+    let [x, y, z] = run.grid;
+    kiln_dsl::run(
+        &case.kernel,
+        Grid::new(x, y, z),
+        &run.host_args(&run.buffers),
+    )
+    .unwrap_or_else(|e| panic!("{} {}: interpreter: {e}", case.name, run.label));
+    emulate::run(&program, Grid::new(x, y, z), &run.host_args(&emulated))
+        .unwrap_or_else(|e| panic!("{} {}: {e}", case.name, run.label));
+    cases::compare(&run.buffers, &emulated, case.tolerance)
+}
+
+/// Every run of every GPU case (the thread program is the same for both targets), in the
+/// emulator, agrees with the interpreter within the case's tolerance: what the GPU test checks
+/// on the GPU, checked in CI.
+#[test]
+fn the_emulator_agrees_with_the_interpreter_on_every_gpu_case() {
+    let mut failures = Vec::new();
+    for case in cases::cases().iter().filter(|c| c.target == "sm_80") {
+        for run in cases::runs(case) {
+            let outcome = emulate_run(case, &run);
+            println!(
+                "{:40} {:14} {:>9} elements, max |diff| {:.3e}",
+                case.name, run.label, outcome.elements, outcome.max_diff
+            );
+            if outcome.mismatches > 0 {
+                failures.push(format!(
+                    "{} {}: {} mismatches\n  {}",
+                    case.name,
+                    run.label,
+                    outcome.mismatches,
+                    outcome.first.join("\n  ")
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The general kernels at other warp counts: layouts, slices and cross-warp reductions change
+/// shape with the number of warps, and must agree with the interpreter at each.
+#[test]
+fn the_emulator_agrees_at_one_and_eight_warps() {
+    for num_warps in [1, 8] {
+        for case in cases::cases().into_iter().filter(|c| {
+            c.target == "sm_80" && !c.name.starts_with("vector_add") && !c.name.starts_with("scale")
+        }) {
+            let case = cases::Case { num_warps, ..case };
+            for run in cases::runs(&case) {
+                let outcome = emulate_run(&case, &run);
+                assert_eq!(
+                    outcome.mismatches, 0,
+                    "{} at {num_warps} warps, {}: {:?}",
+                    case.name, run.label, outcome.first
+                );
+            }
+        }
+    }
+}
+
+/// A thread program without its barriers races on shared memory: the emulator says so (where
+/// lockstep execution alone would have given the right answer).
+#[test]
+fn the_emulator_finds_a_missing_barrier() {
+    let case = case("transpose_f32_m32_n64_w4_sm_80");
+    let mut program = thread_program(&case.kernel, &CompileOptions::new(Target::Sm80, 4)).unwrap();
+    program
+        .body
+        .insts
+        .retain(|inst| inst.op != kiln_codegen::thread::Op::Barrier);
+    let run = cases::runs(&case).swap_remove(1);
+    let [x, y, z] = run.grid;
+    let err = emulate::run(&program, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+    assert!(err.to_string().contains("race: shared byte"), "{err}");
+    assert_eq!(
+        err.loc.map(|l| l.file),
+        Some("kernels/src/general/transpose.rs"),
+        "{err}"
+    );
+}
+
+#[kernel]
+fn copy_unmasked<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>) {
+    let offs = program_id(0) * BLOCK + arange(0, BLOCK);
+    store(out + offs, load(x + offs));
+}
+
+/// An access outside a buffer is an error naming the buffer and the DSL line, as in the
+/// interpreter.
+#[test]
+fn the_emulator_refuses_out_of_bounds_accesses() {
+    let kernel = copy_unmasked::build(&Spec::new().int("BLOCK", 128)).unwrap();
+    let program = thread_program(&kernel, &CompileOptions::default()).unwrap();
+    let x = HostBuffer::zeros(F32, 100);
+    let out = HostBuffer::zeros(F32, 128);
+    let args = [KernelArg::Buffer(&x), KernelArg::Buffer(&out)];
+    let err = emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap_err();
+    let rendered = err.to_string();
+    assert!(
+        rendered.contains("out-of-bounds access to byte 400 of `x`, which has 100 elements"),
+        "{rendered}"
+    );
+    assert_eq!(
+        err.loc.unwrap().line,
+        line_of("store(out + offs, load(x + offs));")
+    );
+}
+
 /// Every element of the tile has exactly one owner, and every register lies inside the tile.
-fn check_coverage(layout: &BlockedLayout, shape: &[usize]) {
-    let warps: u32 = layout.warps_per_cta.iter().product();
-    let lanes: u32 = layout.threads_per_warp.iter().product();
+fn check_coverage(layout: &Layout, warps: u32, shape: &[usize]) {
+    let map = layout.thread_map(shape).unwrap();
     let total: usize = shape.iter().product();
     let mut owners = vec![0; total];
     for warp in 0..warps {
-        for lane in 0..lanes {
-            for register in 0..layout.elements_per_thread(shape) {
-                let position = layout.position(shape, warp, lane, register);
+        for lane in 0..32 {
+            for register in 0..map.registers.len() {
+                let position = map.position(warp, lane, register);
                 let linear = position.coords.iter().zip(shape).fold(0, |acc, (&c, &s)| {
                     assert!(c < s, "{layout} {shape:?}: {position:?}");
                     acc * s + c
@@ -138,18 +318,41 @@ fn blocked_layouts_give_every_element_one_owner() {
     for size_per_thread in [1, 2, 4, 8] {
         for num_warps in [1, 4, 8] {
             for len in [1, 16, 64, 128, 512, 1024, 4096] {
-                check_coverage(&BlockedLayout::one_dim(size_per_thread, num_warps), &[len]);
+                let layout = Layout::Blocked(BlockedLayout::one_dim(size_per_thread, num_warps));
+                check_coverage(&layout, num_warps, &[len]);
             }
         }
     }
-    let two_dim = BlockedLayout {
+    let two_dim = Layout::Blocked(BlockedLayout {
         size_per_thread: vec![1, 4],
         threads_per_warp: vec![4, 8],
         warps_per_cta: vec![2, 2],
         order: vec![1, 0],
-    };
-    for shape in [[8, 32], [64, 64], [4, 16], [16, 128]] {
-        check_coverage(&two_dim, &shape);
+    });
+    for shape in [[8, 32], [64, 64], [4, 16], [16, 128], [1, 64], [32, 1]] {
+        check_coverage(&two_dim, 4, &shape);
+        check_coverage(&two_dim.slice(0), 4, &shape[1..]);
+        check_coverage(&two_dim.slice(1), 4, &shape[..1]);
+    }
+    // The coalescing layouts of every shape the general kernels use, and their slices.
+    for num_warps in [1, 4, 8] {
+        for shape in [
+            [16, 128],
+            [32, 64],
+            [64, 32],
+            [1, 1024],
+            [2, 2048],
+            [16, 4],
+            [16, 1],
+        ] {
+            for bytes in [2, 4] {
+                let layout = Layout::Blocked(BlockedLayout::coalesced(&shape, bytes, num_warps));
+                check_coverage(&layout, num_warps, &shape);
+                check_coverage(&layout.slice(0), num_warps, &shape[1..]);
+                check_coverage(&layout.slice(1), num_warps, &shape[..1]);
+                check_coverage(&layout.slice(1).slice(0), num_warps, &[]);
+            }
+        }
     }
 }
 
@@ -209,6 +412,11 @@ fn every_stage_dumps_by_name() {
             .starts_with("kernel @vector_add<")
     );
     assert!(compiled.stage(Stage::Layout).starts_with("#blocked = "));
+    assert!(
+        compiled
+            .stage(Stage::Thread)
+            .starts_with("thread @vector_add(%0: ptr.global x, ")
+    );
     let llir = compiled.stage(Stage::Llir);
     assert!(
         llir.contains(r#"!{ptr @vector_add, !"kernel", i32 1}"#),
@@ -223,7 +431,7 @@ fn every_stage_dumps_by_name() {
     let err = compiled.dump("ttgir").unwrap_err();
     assert_eq!(
         err.to_string(),
-        "invalid compile options: expected a stage of tile, layout, llir, llir-opt or ptx, got `ttgir`"
+        "invalid compile options: expected a stage of tile, layout, thread, llir, llir-opt or ptx, got `ttgir`"
     );
 }
 
@@ -334,9 +542,13 @@ fn every_lowered_op_passes_the_verifier_on_both_targets() {
 // ---- errors ----
 
 #[kernel]
-fn row_sum<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>) {
-    let v = load(x + arange(0, BLOCK));
-    store(out, v.sum(0));
+fn square<const BLOCK: usize>(x: Ptr<f32>, out: Ptr<f32>) {
+    let i = arange(0, BLOCK);
+    let tile = load(x + i.expand_dims(1) * BLOCK + i.expand_dims(0));
+    store(
+        out + i.expand_dims(1) * BLOCK + i.expand_dims(0),
+        dot(tile, tile, zeros([BLOCK, BLOCK], f32)),
+    );
 }
 
 #[kernel]
@@ -355,18 +567,20 @@ fn line_of(text: &str) -> u32 {
 
 #[test]
 fn an_op_without_a_layout_names_the_op_and_its_line() {
-    let kernel = row_sum::build(&Spec::new().int("BLOCK", 64)).unwrap();
+    let kernel = square::build(&Spec::new().int("BLOCK", 16)).unwrap();
     let err = compile(&kernel, &CompileOptions::default()).unwrap_err();
     let CodegenError::Unsupported { stage, op, loc, .. } = &err else {
         panic!("expected an unsupported op, got {err}")
     };
-    assert_eq!((*stage, *op), (Stage::Layout, "reduce_sum"));
-    assert_eq!(loc.line, line_of("store(out, v.sum(0));"), "{err}");
+    assert_eq!((*stage, *op), (Stage::Layout, "dot"));
+    assert_eq!(
+        loc.line,
+        line_of("        dot(tile, tile, zeros([BLOCK, BLOCK], f32)),"),
+        "{err}"
+    );
     let rendered = err.to_string();
     assert!(
-        rendered.starts_with(
-            "layout stage cannot handle `reduce_sum` yet: reductions need slice layouts"
-        ),
+        rendered.starts_with("layout stage cannot handle `dot` yet: `dot` needs the mma"),
         "{rendered}"
     );
     assert!(
@@ -382,7 +596,7 @@ fn an_op_the_lowering_lacks_names_the_op_and_its_line() {
     let CodegenError::Unsupported { stage, op, loc, .. } = &err else {
         panic!("expected an unsupported op, got {err}")
     };
-    assert_eq!((*stage, *op), (Stage::Llir, "rem"));
+    assert_eq!((*stage, *op), (Stage::Thread, "rem"));
     assert_eq!(
         loc.line,
         line_of("store(out + i, load(x + i) % 2.0);"),

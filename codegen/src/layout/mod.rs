@@ -10,18 +10,24 @@
 //! - [`DotOperandLayout`]: an A or B operand of that instruction;
 //! - [`SharedLayout`]: a swizzled tile in shared memory.
 //!
-//! Only blocked layouts of 1-D tiles are assigned today ([`assign`]); the other kinds are here so
-//! that the type is the one the mma, reduction and shared-memory work will fill in.
+//! Blocked and slice layouts are assigned today ([`assign`]), with explicit conversions between
+//! them where an op needs its operand in another layout; mma, dot-operand and shared layouts are
+//! here so that the type is the one the tensor-core work will fill in. [`ThreadMap`] is the one
+//! description of where a layout puts each element: the thread-program lowering computes it from
+//! thread ids, tests compute it on the CPU.
 
 mod assign;
 mod text;
 
 use std::fmt;
 
-pub use assign::{LayoutAssignment, assign};
+pub use assign::{Conversion, LayoutAssignment, assign, walk_insts};
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.
 pub const THREADS_PER_WARP: u32 = 32;
+
+/// The bytes one thread should access contiguously: a 16-byte vector load or store.
+const ACCESS_BYTES: usize = 16;
 
 /// Where the elements of a tile live.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -48,6 +54,30 @@ impl Layout {
     /// Whether the tile lives in registers (spread over threads) rather than in shared memory.
     pub fn is_distributed(&self) -> bool {
         !matches!(self, Layout::Shared(_))
+    }
+
+    /// The slice of this layout along `dim`.
+    pub fn slice(&self, dim: usize) -> Layout {
+        Layout::Slice(SliceLayout {
+            parent: Box::new(self.clone()),
+            dim,
+        })
+    }
+
+    /// Where this layout puts the elements of a tile of `shape`; `None` for the kinds whose
+    /// positions are not lowered yet (mma, dot operands) and for shared memory.
+    pub fn thread_map(&self, shape: &[usize]) -> Option<ThreadMap> {
+        match self {
+            Layout::Blocked(blocked) if blocked.rank() == shape.len() => {
+                Some(blocked.thread_map(shape))
+            }
+            Layout::Slice(slice) if slice.dim <= shape.len() => {
+                let mut parent_shape = shape.to_vec();
+                parent_shape.insert(slice.dim, 1);
+                Some(slice.parent.thread_map(&parent_shape)?.sliced(slice.dim))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -82,7 +112,7 @@ pub struct BlockedLayout {
     pub order: Vec<usize>,
 }
 
-/// Where one register of one thread sits in a tile of a [`BlockedLayout`].
+/// Where one register of one thread sits in a tile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ElementPosition {
     pub coords: Vec<usize>,
@@ -102,8 +132,61 @@ impl BlockedLayout {
         }
     }
 
+    /// The coalescing layout of a tile of `shape` whose global accesses move `access_bytes`
+    /// elements (Triton's `Coalesce`): up to 16 bytes per thread along the last (contiguous)
+    /// dimension, then the lanes of a warp along it, the warps along the first dimension (rows,
+    /// so that a row reduction stays inside a warp), and what is left over wraps along the slowest
+    /// dimension. Every count is a power of two, as every tile dimension is.
+    pub fn coalesced(shape: &[usize], access_bytes: usize, num_warps: u32) -> BlockedLayout {
+        let rank = shape.len();
+        let order: Vec<usize> = (0..rank).rev().collect();
+        let threads = (num_warps * THREADS_PER_WARP) as usize;
+        let total: usize = shape.iter().product();
+        let contiguous = order[0];
+        let mut size_per_thread = vec![1u32; rank];
+        size_per_thread[contiguous] = (ACCESS_BYTES / access_bytes.max(1))
+            .min(shape[contiguous])
+            .min((total / threads).max(1))
+            .max(1) as u32;
+        // Lanes fastest dimension first, warps slowest first.
+        let mut threads_per_warp = vec![1u32; rank];
+        let mut lanes_left = THREADS_PER_WARP;
+        for &d in &order {
+            let fits = (shape[d] as u32 / size_per_thread[d]).max(1);
+            threads_per_warp[d] = fits.min(lanes_left);
+            lanes_left /= threads_per_warp[d];
+        }
+        threads_per_warp[order[rank - 1]] *= lanes_left;
+        let mut warps_per_cta = vec![1u32; rank];
+        let mut warps_left = num_warps;
+        for &d in order.iter().rev() {
+            let fits = (shape[d] as u32 / (size_per_thread[d] * threads_per_warp[d])).max(1);
+            warps_per_cta[d] = fits.min(warps_left);
+            warps_left /= warps_per_cta[d];
+        }
+        warps_per_cta[order[rank - 1]] *= warps_left;
+        BlockedLayout {
+            size_per_thread,
+            threads_per_warp,
+            warps_per_cta,
+            order,
+        }
+    }
+
     pub fn rank(&self) -> usize {
         self.size_per_thread.len()
+    }
+
+    /// The same layout with the two dimensions of a 2-D tile swapped: what `trans` gives without
+    /// moving data.
+    pub fn transposed(&self) -> BlockedLayout {
+        let swap = |v: &[u32]| v.iter().rev().copied().collect::<Vec<u32>>();
+        BlockedLayout {
+            size_per_thread: swap(&self.size_per_thread),
+            threads_per_warp: swap(&self.threads_per_warp),
+            warps_per_cta: swap(&self.warps_per_cta),
+            order: self.order.iter().map(|&d| 1 - d).collect(),
+        }
     }
 
     /// The extent one pass of all threads covers, per dimension.
@@ -133,36 +216,16 @@ impl BlockedLayout {
             .product()
     }
 
-    /// The divisor that extracts dimension `d`'s index from a linear id over `per_dim` (lane ids
-    /// over `threads_per_warp`, warp ids over `warps_per_cta`): index = (id / stride) % per_dim[d].
-    fn strides(&self, per_dim: &[u32]) -> Vec<u32> {
-        let mut strides = vec![1; self.rank()];
-        let mut stride = 1;
+    /// For each dimension, the shift that takes a linear id over `per_dim` (lane ids over
+    /// `threads_per_warp`, warp ids over `warps_per_cta`) to its index along it, in `order`.
+    fn shifts(&self, per_dim: &[u32]) -> Vec<u32> {
+        let mut shifts = vec![0; self.rank()];
+        let mut shift = 0;
         for &d in &self.order {
-            strides[d] = stride;
-            stride *= per_dim[d];
+            shifts[d] = shift;
+            shift += per_dim[d].trailing_zeros();
         }
-        strides
-    }
-
-    /// For each dimension, `(divisor, modulus)` that take a lane id to the lane's index along it.
-    pub fn lane_decomposition(&self) -> Vec<(u32, u32)> {
-        let strides = self.strides(&self.threads_per_warp);
-        strides
-            .into_iter()
-            .zip(&self.threads_per_warp)
-            .map(|(s, &n)| (s, n))
-            .collect()
-    }
-
-    /// For each dimension, `(divisor, modulus)` that take a warp id to the warp's index along it.
-    pub fn warp_decomposition(&self) -> Vec<(u32, u32)> {
-        let strides = self.strides(&self.warps_per_cta);
-        strides
-            .into_iter()
-            .zip(&self.warps_per_cta)
-            .map(|(s, &n)| (s, n))
-            .collect()
+        shifts
     }
 
     /// The constant part of each register's position in `shape`, per dimension, before wrapping:
@@ -188,34 +251,148 @@ impl BlockedLayout {
         offsets
     }
 
-    /// The first element of a thread's chunk along each dimension, before repeats and wrapping.
-    pub fn thread_base(&self, warp: u32, lane: u32) -> Vec<usize> {
-        let lanes = self.lane_decomposition();
-        let warps = self.warp_decomposition();
-        (0..self.rank())
+    /// Where this layout puts the elements of a tile of `shape`.
+    pub fn thread_map(&self, shape: &[usize]) -> ThreadMap {
+        let lane_shifts = self.shifts(&self.threads_per_warp);
+        let warp_shifts = self.shifts(&self.warps_per_cta);
+        let repeats = self.repeats(shape);
+        let tile = self.cta_tile();
+        let bases = (0..self.rank())
             .map(|d| {
-                let lane_d = (lane / lanes[d].0) % lanes[d].1;
-                let warp_d = (warp / warps[d].0) % warps[d].1;
-                ((warp_d * self.threads_per_warp[d] + lane_d) * self.size_per_thread[d]) as usize
+                let spt = self.size_per_thread[d];
+                let lanes = IdField::new(Id::Lane, lane_shifts[d], self.threads_per_warp[d]);
+                let warps = IdField::new(Id::Warp, warp_shifts[d], self.warps_per_cta[d]);
+                [(lanes, spt), (warps, spt * self.threads_per_warp[d])]
+                    .into_iter()
+                    .filter(|(field, _)| field.bits > 0)
+                    .map(|(field, scale)| Term { field, scale })
+                    .collect()
             })
-            .collect()
+            .collect();
+        ThreadMap {
+            shape: shape.to_vec(),
+            bases,
+            extents: (0..self.rank()).map(|d| tile[d] * repeats[d]).collect(),
+            registers: self.register_offsets(shape),
+            replicas: Vec::new(),
+        }
+    }
+}
+
+/// The two ids a thread's position derives from: its lane in the warp and its warp in the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Id {
+    Lane,
+    Warp,
+}
+
+/// A bit field of an id: `(id >> shift) & (2^bits - 1)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IdField {
+    pub id: Id,
+    pub shift: u32,
+    pub bits: u32,
+}
+
+impl IdField {
+    /// The field of `count` (a power of two) values at `shift`.
+    fn new(id: Id, shift: u32, count: u32) -> IdField {
+        IdField {
+            id,
+            shift,
+            bits: count.trailing_zeros(),
+        }
     }
 
-    /// Where register `register` of thread (`warp`, `lane`) sits in a tile of `shape`: what the
-    /// LLVM lowering computes with thread ids, done on the CPU (for tests and, later, the emulator).
-    pub fn position(
-        &self,
-        shape: &[usize],
-        warp: u32,
-        lane: u32,
-        register: usize,
-    ) -> ElementPosition {
-        let base = self.thread_base(warp, lane);
-        let offsets = &self.register_offsets(shape)[register];
-        let unwrapped: Vec<usize> = (0..self.rank()).map(|d| base[d] + offsets[d]).collect();
-        ElementPosition {
-            coords: unwrapped.iter().zip(shape).map(|(&u, &s)| u % s).collect(),
-            owner: unwrapped.iter().zip(shape).all(|(&u, &s)| u < s),
+    pub fn mask(&self) -> u32 {
+        (1u32 << self.bits) - 1
+    }
+
+    pub fn of(&self, warp: u32, lane: u32) -> u32 {
+        let id = match self.id {
+            Id::Lane => lane,
+            Id::Warp => warp,
+        };
+        (id >> self.shift) & self.mask()
+    }
+}
+
+/// One term of a thread's base position along a dimension: `field * scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Term {
+    pub field: IdField,
+    pub scale: u32,
+}
+
+/// Where a distributed layout puts the elements of a tile of one shape: the one description of
+/// positions that the lowering computes from thread ids and tests compute on the CPU.
+///
+/// Register `r` of a thread sits, along dimension `d`, at `unwrapped = sum(bases[d]) +
+/// registers[r][d]`, at `unwrapped % shape[d]` (a tile smaller than the layout's extent wraps).
+/// The thread owns it (is the first of the threads holding a copy) when `unwrapped < shape[d]`
+/// along every dimension and every field of `replicas` is zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadMap {
+    pub shape: Vec<usize>,
+    pub bases: Vec<Vec<Term>>,
+    /// The extent the layout covers along each dimension; above `shape[d]` it wraps.
+    pub extents: Vec<usize>,
+    pub registers: Vec<Vec<usize>>,
+    /// Fields that tell copies apart along dimensions sliced away: zero in the owner.
+    pub replicas: Vec<IdField>,
+}
+
+impl ThreadMap {
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn wraps(&self, d: usize) -> bool {
+        self.extents[d] > self.shape[d]
+    }
+
+    /// Where `register` of thread (`warp`, `lane`) sits: the CPU form of what the lowering
+    /// computes with thread ids.
+    pub fn position(&self, warp: u32, lane: u32, register: usize) -> ElementPosition {
+        let mut owner = self.replicas.iter().all(|f| f.of(warp, lane) == 0);
+        let coords = (0..self.rank())
+            .map(|d| {
+                let base: u32 = self.bases[d]
+                    .iter()
+                    .map(|t| t.field.of(warp, lane) * t.scale)
+                    .sum();
+                let unwrapped = base as usize + self.registers[register][d];
+                owner &= unwrapped < self.shape[d];
+                unwrapped % self.shape[d]
+            })
+            .collect();
+        ElementPosition { coords, owner }
+    }
+
+    /// This map with dimension `dim` removed: the slice's registers are the parent's with offset
+    /// 0 along `dim` (the others hold the same slice element), and the threads along `dim` hold
+    /// copies of one another.
+    fn sliced(&self, dim: usize) -> ThreadMap {
+        let drop = |v: &[usize]| {
+            let mut v = v.to_vec();
+            v.remove(dim);
+            v
+        };
+        let mut bases = self.bases.clone();
+        let removed = bases.remove(dim);
+        let mut replicas = self.replicas.clone();
+        replicas.extend(removed.iter().map(|t| t.field));
+        ThreadMap {
+            shape: drop(&self.shape),
+            bases,
+            extents: drop(&self.extents),
+            registers: self
+                .registers
+                .iter()
+                .filter(|r| r[dim] == 0)
+                .map(|r| drop(r))
+                .collect(),
+            replicas,
         }
     }
 }

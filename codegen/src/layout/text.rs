@@ -1,8 +1,9 @@
 //! The layout stage's text form: the layouts as aliases (`#blocked = #blocked<{..}>`, then
 //! `#blocked1`, ..), then kiln-dsl's IR text with the alias after each tile result's type
-//! (`%offs.5 = add %3, %4 : i32[1024] #blocked`), so that a golden test shows every decision.
+//! (`%offs.5 = add %3, %4 : i32[1024] #blocked`), and a `convert_layout` line before each op
+//! that takes an operand in another layout, so that a golden test shows every decision.
 
-use kiln_dsl::ir::{Inst, Kernel, Op, Region};
+use kiln_dsl::ir::{Inst, Kernel, Region, Value};
 
 use super::{Layout, LayoutAssignment};
 use crate::{CodegenError, Stage};
@@ -11,7 +12,7 @@ impl LayoutAssignment {
     /// The IR text of `kernel` annotated with this assignment's layouts.
     pub fn to_text(&self, kernel: &Kernel) -> Result<String, CodegenError> {
         let distinct = self.distinct_layouts();
-        let alias = |layout: &Layout| {
+        let alias = |layout: &Layout| -> String {
             let same_kind = distinct
                 .iter()
                 .filter(|l| l.kind_name() == layout.kind_name());
@@ -29,8 +30,8 @@ impl LayoutAssignment {
         // IR in the same order pairs each line with its instruction.
         let ir = kernel.to_string();
         let lines: Vec<&str> = ir.lines().collect();
-        let mut insts: Vec<Option<&Inst>> = vec![None];
-        line_insts(&kernel.body, &mut insts);
+        let mut insts: Vec<Option<(usize, &Inst)>> = vec![None];
+        line_insts(&kernel.body, &mut 0, &mut insts);
         insts.push(None);
         if insts.len() != lines.len() {
             return Err(CodegenError::internal(
@@ -43,8 +44,21 @@ impl LayoutAssignment {
             ));
         }
         for (line, inst) in lines.iter().zip(insts) {
+            if let Some((index, _)) = inst {
+                let indent = &line[..line.len() - line.trim_start().len()];
+                for conversion in self.conversions_at(index) {
+                    let value = conversion.value;
+                    let from = self.layout(value).map_or("?".to_string(), &alias);
+                    out.push_str(&format!(
+                        "{indent}convert_layout {} : {} {from} -> {}\n",
+                        value_name(kernel, value),
+                        kernel.ty(value),
+                        alias(&conversion.to)
+                    ));
+                }
+            }
             out.push_str(&match inst {
-                Some(inst) if !inst.results.is_empty() => {
+                Some((_, inst)) if !inst.results.is_empty() => {
                     annotate(kernel, self, inst, line, &alias)
                 }
                 _ => line.to_string(),
@@ -55,26 +69,23 @@ impl LayoutAssignment {
     }
 }
 
-/// Lists the instruction of each printed line in printing order; `None` for region closers.
-fn line_insts<'k>(region: &'k Region, out: &mut Vec<Option<&'k Inst>>) {
+/// A value as kiln-dsl's printer spells it: `%name.N`, or `%N`.
+fn value_name(kernel: &Kernel, value: Value) -> String {
+    match &kernel.values[value.index()].name {
+        Some(name) => format!("%{name}.{}", value.0),
+        None => format!("%{}", value.0),
+    }
+}
+
+/// Lists the instruction (with its pre-order index) of each printed line in printing order;
+/// `None` for region closers.
+fn line_insts<'k>(region: &'k Region, next: &mut usize, out: &mut Vec<Option<(usize, &'k Inst)>>) {
     for inst in &region.insts {
-        out.push(Some(inst));
-        match &inst.op {
-            Op::For { body, .. } => {
-                line_insts(body, out);
-                out.push(None);
-            }
-            Op::If {
-                then_region,
-                else_region,
-                ..
-            } => {
-                line_insts(then_region, out);
-                out.push(None);
-                line_insts(else_region, out);
-                out.push(None);
-            }
-            _ => {}
+        out.push(Some((*next, inst)));
+        *next += 1;
+        for nested in super::assign::nested_regions(&inst.op) {
+            line_insts(nested, next, out);
+            out.push(None);
         }
     }
 }

@@ -1,36 +1,34 @@
-//! Structured control flow: `for` as a loop whose carried values are phis, `if` as a diamond.
-//! Their conditions and bounds are scalars, the same in every thread, so no thread diverges.
+//! Structured control flow and predicated memory access: `for` as a loop whose carried values
+//! are phis, `if` as a diamond, a predicated load or store as a branch around the access.
 
 use inkwell::IntPredicate;
+use inkwell::basic_block::BasicBlock;
+use inkwell::types::BasicTypeEnum;
 use inkwell::values::{BasicValueEnum, PhiValue};
-use kiln_dsl::ir::{Region, Value};
 
-use super::{Lowering, Regs};
-use crate::CodegenError;
+use super::{Result, Translation};
+use crate::thread::{Block, Reg};
 
-type Result<T> = std::result::Result<T, CodegenError>;
-
-impl<'ctx> Lowering<'_, 'ctx> {
-    /// `for iv in (lower..upper).step_by(step)`: runs while `iv < upper`, like the interpreter,
-    /// and stops where `iv + step` wraps around its type; a step that is not positive runs nothing
-    /// (the interpreter reports it as a fault).
+impl<'ctx> Translation<'_, 'ctx> {
+    /// Runs while `iv < upper`, like the interpreter, and stops where `iv + step` wraps around
+    /// its type; a step that is not positive runs nothing (the interpreter reports a fault).
     pub(super) fn for_loop(
         &mut self,
-        lower: Value,
-        upper: Value,
-        step: Value,
-        init: &[Value],
-        body: &Region,
-    ) -> Result<Vec<Regs<'ctx>>> {
+        lower: Reg,
+        upper: Reg,
+        step: Reg,
+        init: &[Reg],
+        iv_reg: Reg,
+        params: &[Reg],
+        body: &Block,
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
         let (lo, hi, st) = (
-            self.regs(lower)?[0].into_int_value(),
-            self.regs(upper)?[0].into_int_value(),
-            self.regs(step)?[0].into_int_value(),
+            self.value(lower)?.into_int_value(),
+            self.value(upper)?.into_int_value(),
+            self.value(step)?.into_int_value(),
         );
-        let init: Vec<Regs<'ctx>> = init
-            .iter()
-            .map(|&v| self.regs(v).cloned())
-            .collect::<Result<_>>()?;
+        let init: Vec<BasicValueEnum<'ctx>> =
+            init.iter().map(|&r| self.value(r)).collect::<Result<_>>()?;
         let b = &self.builder;
         let zero = st.get_type().const_zero();
         let positive = b.build_int_compare(IntPredicate::SGT, st, zero, "")?;
@@ -43,15 +41,15 @@ impl<'ctx> Lowering<'_, 'ctx> {
 
         b.position_at_end(header);
         let iv = b.build_phi(lo.get_type(), "iv")?;
-        let carried: Vec<Vec<PhiValue<'ctx>>> = init
+        let carried: Vec<PhiValue<'ctx>> = init
             .iter()
-            .map(|regs| regs.iter().map(|r| b.build_phi(r.get_type(), "")).collect())
+            .map(|v| b.build_phi(v.get_type(), ""))
             .collect::<std::result::Result<_, _>>()?;
-        self.bind(body.params[0], vec![iv.as_basic_value()]);
-        for (&param, phis) in body.params[1..].iter().zip(&carried) {
-            self.bind(param, phis.iter().map(|p| p.as_basic_value()).collect());
+        self.bind(iv_reg, iv.as_basic_value());
+        for (&param, phi) in params.iter().zip(&carried) {
+            self.bind(param, phi.as_basic_value());
         }
-        let yielded = self.region(body)?;
+        let yielded = self.block(body)?;
         let latch = self.current_block()?;
         let b = &self.builder;
         let iv_value = iv.as_basic_value().into_int_value();
@@ -61,10 +59,8 @@ impl<'ctx> Lowering<'_, 'ctx> {
         let again = b.build_and(no_wrap, below, "")?;
         b.build_conditional_branch(again, header, exit)?;
         iv.add_incoming(&[(&lo, preheader), (&next, latch)]);
-        for ((phis, start), end) in carried.iter().zip(&init).zip(&yielded) {
-            for ((phi, s), e) in phis.iter().zip(start).zip(end) {
-                phi.add_incoming(&[(s, preheader), (e, latch)]);
-            }
+        for ((phi, start), end) in carried.iter().zip(&init).zip(&yielded) {
+            phi.add_incoming(&[(start, preheader), (end, latch)]);
         }
 
         b.position_at_end(exit);
@@ -73,49 +69,95 @@ impl<'ctx> Lowering<'_, 'ctx> {
 
     pub(super) fn if_else(
         &mut self,
-        cond: Value,
-        then_region: &Region,
-        else_region: &Region,
-    ) -> Result<Vec<Regs<'ctx>>> {
-        let cond = self.regs(cond)?[0].into_int_value();
-        let then_block = self.context.append_basic_block(self.function, "then");
-        let else_block = self.context.append_basic_block(self.function, "else");
+        cond: Reg,
+        then_block: &Block,
+        else_block: &Block,
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        let cond = self.value(cond)?.into_int_value();
+        let then_start = self.context.append_basic_block(self.function, "then");
+        let else_start = self.context.append_basic_block(self.function, "else");
         let merge = self.context.append_basic_block(self.function, "endif");
         self.builder
-            .build_conditional_branch(cond, then_block, else_block)?;
-        self.builder.position_at_end(then_block);
-        let then_values = self.region(then_region)?;
+            .build_conditional_branch(cond, then_start, else_start)?;
+        self.builder.position_at_end(then_start);
+        let then_values = self.block(then_block)?;
         let then_end = self.current_block()?;
         self.builder.build_unconditional_branch(merge)?;
-        self.builder.position_at_end(else_block);
-        let else_values = self.region(else_region)?;
+        self.builder.position_at_end(else_start);
+        let else_values = self.block(else_block)?;
         let else_end = self.current_block()?;
         self.builder.build_unconditional_branch(merge)?;
         self.builder.position_at_end(merge);
         self.merge(&[(then_values, then_end), (else_values, else_end)])
     }
 
-    /// One phi per register of each result, joining the values that arrive from each block.
+    /// One phi per value, joining what arrives from each block.
     fn merge(
         &self,
-        incoming: &[(Vec<Regs<'ctx>>, inkwell::basic_block::BasicBlock<'ctx>)],
-    ) -> Result<Vec<Regs<'ctx>>> {
+        incoming: &[(Vec<BasicValueEnum<'ctx>>, BasicBlock<'ctx>)],
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
         let Some((first, _)) = incoming.first() else {
             return Ok(Vec::new());
         };
         let mut results = Vec::new();
-        for (value_index, regs) in first.iter().enumerate() {
-            let mut merged = Vec::new();
-            for (reg_index, reg) in regs.iter().enumerate() {
-                let phi = self.builder.build_phi(reg.get_type(), "")?;
-                for (values, block) in incoming {
-                    let value: &BasicValueEnum<'ctx> = &values[value_index][reg_index];
-                    phi.add_incoming(&[(value, *block)]);
-                }
-                merged.push(phi.as_basic_value());
+        for (index, value) in first.iter().enumerate() {
+            let phi = self.builder.build_phi(value.get_type(), "")?;
+            for (values, block) in incoming {
+                phi.add_incoming(&[(&values[index], *block)]);
             }
-            results.push(merged);
+            results.push(phi.as_basic_value());
         }
         Ok(results)
+    }
+
+    /// A load of `ty` at `ptr`; with a predicate, a branch around it and `other` (or zero)
+    /// where the predicate is false.
+    pub(super) fn load(
+        &mut self,
+        ptr: Reg,
+        pred: Option<Reg>,
+        other: Option<Reg>,
+        ty: BasicTypeEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let address = self.value(ptr)?.into_pointer_value();
+        let Some(pred) = pred else {
+            return Ok(self.builder.build_load(ty, address, "")?);
+        };
+        let fallback = match other {
+            Some(o) => self.value(o)?,
+            None => ty.const_zero(),
+        };
+        let pred = self.value(pred)?.into_int_value();
+        let before = self.current_block()?;
+        let load_block = self.context.append_basic_block(self.function, "load");
+        let done = self.context.append_basic_block(self.function, "loaded");
+        self.builder
+            .build_conditional_branch(pred, load_block, done)?;
+        self.builder.position_at_end(load_block);
+        let loaded = self.builder.build_load(ty, address, "")?;
+        self.builder.build_unconditional_branch(done)?;
+        self.builder.position_at_end(done);
+        let phi = self.builder.build_phi(ty, "")?;
+        phi.add_incoming(&[(&loaded, load_block), (&fallback, before)]);
+        Ok(phi.as_basic_value())
+    }
+
+    pub(super) fn store(&mut self, ptr: Reg, value: Reg, pred: Option<Reg>) -> Result<()> {
+        let address = self.value(ptr)?.into_pointer_value();
+        let value = self.value(value)?;
+        let Some(pred) = pred else {
+            self.builder.build_store(address, value)?;
+            return Ok(());
+        };
+        let pred = self.value(pred)?.into_int_value();
+        let store_block = self.context.append_basic_block(self.function, "store");
+        let done = self.context.append_basic_block(self.function, "stored");
+        self.builder
+            .build_conditional_branch(pred, store_block, done)?;
+        self.builder.position_at_end(store_block);
+        self.builder.build_store(address, value)?;
+        self.builder.build_unconditional_branch(done)?;
+        self.builder.position_at_end(done);
+        Ok(())
     }
 }

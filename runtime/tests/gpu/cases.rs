@@ -1,9 +1,11 @@
-//! The GPU test's kernels and cases, shared by two test binaries: kiln-codegen's tests compile
-//! each case and keep its PTX under `ptx/` up to date (they link LLVM), and kiln-runtime's GPU
-//! test loads that PTX, runs it and compares with the interpreter (it needs no LLVM).
+//! The GPU test's kernels, cases and runs, shared by two test binaries: kiln-codegen's tests
+//! compile each case, keep its PTX under `ptx/` up to date and run every run in the emulator
+//! against the interpreter (they link LLVM); kiln-runtime's GPU test loads that PTX, runs the
+//! same runs on the GPU and compares with the interpreter (it needs no LLVM).
 
 use kiln_dsl::prelude::*;
-use kiln_dsl::{Kernel, kernel};
+use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
+use kiln_kernels::general::{layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
 #[kernel]
@@ -43,6 +45,16 @@ pub fn scale_loop<T, const BLOCK: usize>(
     store(flags + offs, (v < 0.0).to::<i32>() * 10 + offs % 3, mask);
 }
 
+/// How close a run's outputs must be to the interpreter's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Tolerance {
+    /// Bit for bit (NaN matches NaN): only correctly rounded ops, in the interpreter's order.
+    Exact,
+    /// `|got - want| <= rtol * max |want|` over the buffer: sums reassociated by shuffles and
+    /// `ex2.approx` (2 ulp) below the output dtype's rounding.
+    Relative(f64),
+}
+
 /// One compiled kernel the GPU test runs: the PTX file `ptx/{name}.ptx` holds it.
 #[derive(Debug)]
 pub struct Case {
@@ -51,33 +63,341 @@ pub struct Case {
     pub num_warps: u32,
     /// `sm_80` or `sm_90a`.
     pub target: &'static str,
+    pub tolerance: Tolerance,
 }
 
 pub const TARGETS: [&str; 2] = ["sm_80", "sm_90a"];
 
-/// Every case, in a fixed order: each kernel at a large block (several registers per thread) and
-/// a block smaller than its 128 threads (threads hold copies; only the owner stores).
+/// Tolerance of a kernel that reduces in f32 and may use `ex2.approx`, storing `dtype`: a few
+/// units of its last place, and of f32's reassociated sums.
+fn reduced(dtype: DType) -> Tolerance {
+    Tolerance::Relative(match dtype {
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        _ => 1e-4,
+    })
+}
+
+fn spec(dtype: DType, block_m: usize, block_n: usize) -> Spec {
+    Spec::new()
+        .dtype("T", dtype)
+        .int("BLOCK_M", block_m as i64)
+        .int("BLOCK_N", block_n as i64)
+}
+
+/// Every case, in a fixed order: the 1-D kernels at a large block (several registers per thread)
+/// and a block smaller than its 128 threads (threads hold copies; only the owner stores), and the
+/// general 2-D kernels at the block sizes their launchers pick for the runs' shapes.
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for target in TARGETS {
-        for (dtype, block) in [(F32, 1024), (F16, 1024), (F32, 64), (F16, 64)] {
-            let spec = Spec::new().dtype("T", dtype).int("BLOCK", block);
+        let mut case = |name: String, kernel: Kernel, tolerance: Tolerance| {
             cases.push(Case {
-                name: format!("vector_add_{dtype}_b{block}_w4_{target}"),
-                kernel: vector_add::build(&spec).expect("vector_add builds"),
+                name: format!("{name}_w4_{target}"),
+                kernel,
                 num_warps: 4,
                 target,
-            });
+                tolerance,
+            })
+        };
+        for (dtype, block) in [(F32, 1024), (F16, 1024), (F32, 64), (F16, 64)] {
+            let spec = Spec::new().dtype("T", dtype).int("BLOCK", block);
+            let kernel = vector_add::build(&spec).expect("vector_add builds");
+            case(
+                format!("vector_add_{dtype}_b{block}"),
+                kernel,
+                Tolerance::Exact,
+            );
         }
         for dtype in [F32, BF16] {
             let spec = Spec::new().dtype("T", dtype).int("BLOCK", 256);
-            cases.push(Case {
-                name: format!("scale_loop_{dtype}_b256_w4_{target}"),
-                kernel: scale_loop::build(&spec).expect("scale_loop builds"),
-                num_warps: 4,
-                target,
-            });
+            let kernel = scale_loop::build(&spec).expect("scale_loop builds");
+            case(format!("scale_loop_{dtype}_b256"), kernel, Tolerance::Exact);
+        }
+        for (dtype, cols) in [(F32, 100), (F16, 1000)] {
+            let (m, n) = softmax::block_sizes(cols);
+            let kernel = softmax::softmax_rows::build(&spec(dtype, m, n)).expect("softmax builds");
+            case(format!("softmax_{dtype}_m{m}_n{n}"), kernel, reduced(dtype));
+        }
+        for (dtype, cols) in [(F32, 300), (BF16, 40)] {
+            let (m, n) = layernorm::block_sizes(cols);
+            let kernel = layernorm::layernorm::build(&spec(dtype, m, n)).expect("layernorm builds");
+            case(
+                format!("layernorm_{dtype}_m{m}_n{n}"),
+                kernel,
+                reduced(dtype),
+            );
+        }
+        for dtype in [F32, F16] {
+            let (m, n) = (reduce::BLOCK_M, reduce::BLOCK_N);
+            let kernel =
+                reduce::column_sums::build(&spec(dtype, m, n)).expect("column_sums builds");
+            case(
+                format!("column_sums_{dtype}_m{m}_n{n}"),
+                kernel,
+                reduced(F32),
+            );
+        }
+        for dtype in [F32, F16] {
+            let (m, n) = (transpose::BLOCK_M, transpose::BLOCK_N);
+            let kernel = transpose::transpose::build(&spec(dtype, m, n)).expect("transpose builds");
+            case(
+                format!("transpose_{dtype}_m{m}_n{n}"),
+                kernel,
+                Tolerance::Exact,
+            );
         }
     }
     cases
+}
+
+/// One argument of a run, shared by the interpreter's, the emulator's and the GPU's launch.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// An index into the run's buffers.
+    Buffer(usize),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// A launch of a case: its buffers (inputs filled, outputs poisoned), arguments and grid.
+#[derive(Debug)]
+pub struct Run {
+    pub label: String,
+    pub buffers: Vec<HostBuffer>,
+    pub args: Vec<Arg>,
+    pub grid: [u32; 3],
+}
+
+impl Run {
+    /// The arguments for the interpreter or the emulator, on `buffers` (this run's or a copy).
+    pub fn host_args<'a>(&self, buffers: &'a [HostBuffer]) -> Vec<KernelArg<'a>> {
+        self.args
+            .iter()
+            .map(|arg| match *arg {
+                Arg::Buffer(i) => KernelArg::Buffer(&buffers[i]),
+                Arg::I32(v) => KernelArg::I32(v),
+                Arg::I64(v) => KernelArg::I64(v),
+                Arg::F32(v) => KernelArg::F32(v),
+            })
+            .collect()
+    }
+}
+
+/// Deterministic inputs in [-4, 4), rounded to `dtype` by the host buffer.
+pub fn inputs(dtype: DType, len: usize, seed: u64) -> HostBuffer {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let values: Vec<f32> = (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 8192) as f32 / 1024.0 - 4.0
+        })
+        .collect();
+    HostBuffer::from_f32(dtype, &values)
+}
+
+fn int_spec(case: &Case, name: &str) -> usize {
+    match case.kernel.spec.get(name) {
+        Some(SpecValue::Int(value)) => value as usize,
+        other => panic!("case {} has no {name}, got {other:?}", case.name),
+    }
+}
+
+fn dtype_of(case: &Case) -> DType {
+    case.kernel
+        .spec
+        .dtype_param("T")
+        .unwrap_or_else(|| panic!("case {} has no T", case.name))
+}
+
+/// The runs of a case: sizes with ragged tails (and, for `scale_loop`, loop counts); a matrix is
+/// `rows x cols` with a row stride padded past `cols`, so that a stride bug reads the padding.
+pub fn runs(case: &Case) -> Vec<Run> {
+    let dtype = dtype_of(case);
+    let programs = |n: usize, block: usize| n.div_ceil(block) as u32;
+    let matrix = |rows: usize, cols: usize, seed: u64| {
+        let stride = cols + 3;
+        (
+            inputs(dtype, (rows - 1) * stride + cols, seed),
+            stride as i64,
+        )
+    };
+    match case.kernel.name() {
+        "vector_add" => {
+            let block = int_spec(case, "BLOCK");
+            [1usize, 1000, 4097, 1_000_003]
+                .into_iter()
+                .map(|n| Run {
+                    label: format!("n={n}"),
+                    buffers: vec![
+                        inputs(dtype, n, 1),
+                        inputs(dtype, n, 2),
+                        HostBuffer::poisoned(dtype, n),
+                    ],
+                    args: vec![
+                        Arg::Buffer(0),
+                        Arg::Buffer(1),
+                        Arg::Buffer(2),
+                        Arg::I32(n as i32),
+                    ],
+                    grid: [programs(n, block), 1, 1],
+                })
+                .collect()
+        }
+        "scale_loop" => {
+            let block = int_spec(case, "BLOCK");
+            [(1usize, 0), (1000, 2), (65_537, 5)]
+                .into_iter()
+                .map(|(n, rounds)| Run {
+                    label: format!("n={n} rounds={rounds}"),
+                    buffers: vec![
+                        inputs(dtype, n, 3),
+                        HostBuffer::poisoned(dtype, n),
+                        HostBuffer::poisoned(DType::I32, n),
+                    ],
+                    args: vec![
+                        Arg::Buffer(0),
+                        Arg::Buffer(1),
+                        Arg::Buffer(2),
+                        Arg::I32(n as i32),
+                        Arg::F32(0.75),
+                        Arg::I32(rounds),
+                    ],
+                    grid: [programs(n, block), 1, 1],
+                })
+                .collect()
+        }
+        "softmax_rows" | "layernorm" => {
+            let (block_m, block_n) = (int_spec(case, "BLOCK_M"), int_spec(case, "BLOCK_N"));
+            let softmax = case.kernel.name() == "softmax_rows";
+            // Widths the block fits (softmax: one tile a row), ragged in both dimensions.
+            let shapes: Vec<(usize, usize)> = if softmax {
+                vec![(1, block_n / 2 + 1), (37, block_n - 5), (3, block_n)]
+            } else {
+                vec![(1, 1), (19, 300), (9, block_n * 2 + 7)]
+            };
+            shapes
+                .into_iter()
+                .map(|(rows, cols)| {
+                    let (x, x_stride) = matrix(rows, cols, 4);
+                    let (y, y_stride) = (HostBuffer::poisoned(dtype, x.len()), x_stride);
+                    let mut buffers = vec![x];
+                    let mut args = vec![Arg::Buffer(0)];
+                    if !softmax {
+                        buffers.push(inputs(dtype, cols, 5));
+                        buffers.push(inputs(dtype, cols, 6));
+                        args.extend([Arg::Buffer(1), Arg::Buffer(2)]);
+                    }
+                    args.push(Arg::Buffer(buffers.len()));
+                    buffers.push(y);
+                    args.extend([
+                        Arg::I32(rows as i32),
+                        Arg::I32(cols as i32),
+                        Arg::I64(x_stride),
+                        Arg::I64(y_stride),
+                    ]);
+                    if !softmax {
+                        args.push(Arg::F32(1e-5));
+                    }
+                    Run {
+                        label: format!("{rows}x{cols}"),
+                        buffers,
+                        args,
+                        grid: [programs(rows, block_m), 1, 1],
+                    }
+                })
+                .collect()
+        }
+        "column_sums" => {
+            let block_n = int_spec(case, "BLOCK_N");
+            [(1usize, 1usize), (100, 150), (333, 64)]
+                .into_iter()
+                .map(|(rows, cols)| {
+                    let (x, stride) = matrix(rows, cols, 7);
+                    Run {
+                        label: format!("{rows}x{cols}"),
+                        buffers: vec![x, HostBuffer::poisoned(DType::F32, cols)],
+                        args: vec![
+                            Arg::Buffer(0),
+                            Arg::Buffer(1),
+                            Arg::I32(rows as i32),
+                            Arg::I32(cols as i32),
+                            Arg::I64(stride),
+                        ],
+                        grid: [programs(cols, block_n), 1, 1],
+                    }
+                })
+                .collect()
+        }
+        "transpose" => {
+            let (block_m, block_n) = (int_spec(case, "BLOCK_M"), int_spec(case, "BLOCK_N"));
+            [(1usize, 1usize), (70, 130), (64, 64)]
+                .into_iter()
+                .map(|(rows, cols)| {
+                    let (x, x_stride) = matrix(rows, cols, 8);
+                    let y_stride = rows + 1;
+                    let y = HostBuffer::poisoned(dtype, (cols - 1) * y_stride + rows);
+                    Run {
+                        label: format!("{rows}x{cols}"),
+                        buffers: vec![x, y],
+                        args: vec![
+                            Arg::Buffer(0),
+                            Arg::Buffer(1),
+                            Arg::I32(rows as i32),
+                            Arg::I32(cols as i32),
+                            Arg::I64(x_stride),
+                            Arg::I64(y_stride as i64),
+                        ],
+                        grid: [programs(rows, block_m), programs(cols, block_n), 1],
+                    }
+                })
+                .collect()
+        }
+        other => panic!("no runs for kernel {other}"),
+    }
+}
+
+/// What comparing one run's outputs with the interpreter's found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub elements: usize,
+    pub mismatches: usize,
+    pub max_diff: f64,
+    pub first: Vec<String>,
+}
+
+/// Every element of every buffer, `actual` against the interpreter's `expected`, within
+/// `tolerance` (NaN matches NaN; padding the kernel must not write stays as it was).
+pub fn compare(expected: &[HostBuffer], actual: &[HostBuffer], tolerance: Tolerance) -> Outcome {
+    let mut outcome = Outcome::default();
+    for (buffer, (want, got)) in expected.iter().zip(actual).enumerate() {
+        let (want, got) = (want.to_f64(), got.to_f64());
+        let scale = want
+            .iter()
+            .filter(|w| w.is_finite())
+            .fold(0.0f64, |m, w| m.max(w.abs()));
+        let allowed = match tolerance {
+            Tolerance::Exact => 0.0,
+            Tolerance::Relative(rtol) => rtol * scale,
+        };
+        for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
+            outcome.elements += 1;
+            let diff = (w - g).abs();
+            if w == g || (w.is_nan() && g.is_nan()) || diff <= allowed {
+                outcome.max_diff = outcome.max_diff.max(if w == g { 0.0 } else { diff });
+                continue;
+            }
+            outcome.mismatches += 1;
+            outcome.max_diff = outcome.max_diff.max(diff);
+            if outcome.first.len() < 5 {
+                outcome.first.push(format!(
+                    "buffer {buffer} element {i}: got {g}, interpreter {w}"
+                ));
+            }
+        }
+    }
+    outcome
 }

@@ -1,0 +1,439 @@
+//! One block of threads running a thread program in lockstep, and the numbers of each op as
+//! the GPU computes them. A register holds its value's bits in a `u64`, zero-extended.
+
+use half::{bf16, f16};
+
+use super::EmulationError;
+use super::memory::{Global, Shared};
+use crate::layout::THREADS_PER_WARP;
+use crate::thread::{
+    Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
+    ShuffleMode, Space, Special, Type,
+};
+
+type Result<T> = std::result::Result<T, EmulationError>;
+
+pub(super) fn run_block(
+    program: &Program,
+    global: &Global<'_>,
+    params: &[u64],
+    ctaid: [u32; 3],
+    nctaid: [u32; 3],
+) -> Result<()> {
+    let threads = program.threads_per_block as usize;
+    let mut state = BlockState {
+        program,
+        global,
+        ctaid,
+        nctaid,
+        threads,
+        regs: vec![Vec::new(); program.types.len()],
+        shared: Shared::new(program.shared_bytes),
+    };
+    for (param, &value) in program.params.iter().zip(params) {
+        state.regs[param.reg.index()] = vec![value; threads];
+    }
+    state.block(&program.body)?;
+    Ok(())
+}
+
+struct BlockState<'a, 'g> {
+    program: &'a Program,
+    global: &'a Global<'g>,
+    ctaid: [u32; 3],
+    nctaid: [u32; 3],
+    threads: usize,
+    /// Per register, per thread.
+    regs: Vec<Vec<u64>>,
+    shared: Shared,
+}
+
+/// The mask of a type's width.
+fn mask(ty: Type) -> u64 {
+    match ty.bits() {
+        64 => u64::MAX,
+        bits => (1u64 << bits) - 1,
+    }
+}
+
+/// A register's bits as a signed integer of its width.
+fn signed(bits: u64, ty: Type) -> i64 {
+    let width = ty.bits();
+    ((bits << (64 - width)) as i64) >> (64 - width)
+}
+
+fn f32_of(bits: u64) -> f32 {
+    f32::from_bits(bits as u32)
+}
+
+fn bits_of(value: f32) -> u64 {
+    value.to_bits() as u64
+}
+
+/// `.ftz`: a subnormal f32 is flushed to a zero of its sign.
+fn flush(x: f32) -> f32 {
+    if x.is_subnormal() {
+        0.0f32.copysign(x)
+    } else {
+        x
+    }
+}
+
+impl BlockState<'_, '_> {
+    fn error(&self, inst: &Inst, thread: Option<usize>, message: String) -> EmulationError {
+        EmulationError {
+            message: format!("`{}`: {message}", inst_name(&inst.op)),
+            loc: inst.loc,
+            block: self.ctaid,
+            thread: thread.map(|t| t as u32),
+        }
+    }
+
+    fn get(&self, reg: Reg, thread: usize) -> u64 {
+        self.regs[reg.index()][thread]
+    }
+
+    fn ty(&self, reg: Reg) -> Type {
+        self.program.ty(reg)
+    }
+
+    /// The value of `reg`, which must be the same in every thread (a loop bound, a condition).
+    fn uniform(&self, inst: &Inst, reg: Reg) -> Result<u64> {
+        let values = &self.regs[reg.index()];
+        let first = values[0];
+        match values.iter().position(|&v| v != first) {
+            None => Ok(first),
+            Some(thread) => Err(self.error(
+                inst,
+                Some(thread),
+                "divergent control flow: the value differs between threads".to_string(),
+            )),
+        }
+    }
+
+    /// Runs a block's instructions; returns the registers its `yield` names.
+    fn block(&mut self, block: &Block) -> Result<Vec<Reg>> {
+        for inst in &block.insts {
+            if let Op::Yield(values) = &inst.op {
+                return Ok(values.clone());
+            }
+            self.inst(inst)?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn copy(&mut self, to: &[Reg], from: &[Reg]) {
+        for (&t, &f) in to.iter().zip(from) {
+            self.regs[t.index()] = self.regs[f.index()].clone();
+        }
+    }
+
+    fn inst(&mut self, inst: &Inst) -> Result<()> {
+        match &inst.op {
+            Op::For {
+                lower,
+                upper,
+                step,
+                init,
+                iv,
+                params,
+                body,
+            } => {
+                let ty = self.ty(*lower);
+                let lo = signed(self.uniform(inst, *lower)?, ty);
+                let hi = signed(self.uniform(inst, *upper)?, ty);
+                let st = signed(self.uniform(inst, *step)?, ty);
+                self.copy(params, init);
+                let mut at = lo;
+                let mut carried: Vec<Reg> = init.clone();
+                if st > 0 && lo < hi {
+                    loop {
+                        self.regs[iv.index()] = vec![at as u64 & mask(ty); self.threads];
+                        self.copy(params, &carried);
+                        carried = self.block(body)?;
+                        self.copy(params, &carried);
+                        carried = params.clone();
+                        let next = signed((at.wrapping_add(st)) as u64 & mask(ty), ty);
+                        if next < lo || next >= hi {
+                            break;
+                        }
+                        at = next;
+                    }
+                }
+                self.copy(&inst.results, &carried);
+                Ok(())
+            }
+            Op::If {
+                cond,
+                then_block,
+                else_block,
+            } => {
+                let taken = if self.uniform(inst, *cond)? & 1 != 0 {
+                    then_block
+                } else {
+                    else_block
+                };
+                let yielded = self.block(taken)?;
+                self.copy(&inst.results, &yielded);
+                Ok(())
+            }
+            Op::Yield(_) => Err(self.error(inst, None, "a yield inside a block".to_string())),
+            Op::Barrier => {
+                self.shared.barrier();
+                Ok(())
+            }
+            Op::Store { ptr, value, pred } => {
+                let (space, ty) = (self.space(*ptr), self.ty(*value));
+                for t in 0..self.threads {
+                    if pred.is_some_and(|p| self.get(p, t) & 1 == 0) {
+                        continue;
+                    }
+                    let (address, bits) = (self.get(*ptr, t), self.get(*value, t));
+                    let written = match space {
+                        Space::Global => self.global.write(address, ty, bits),
+                        Space::Shared => self.shared.write(address, ty, bits, t as u32),
+                    };
+                    written.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::Load { ptr, pred, other } => {
+                let (space, ty) = (self.space(*ptr), self.ty(inst.results[0]));
+                let mut out = Vec::with_capacity(self.threads);
+                for t in 0..self.threads {
+                    if pred.is_some_and(|p| self.get(p, t) & 1 == 0) {
+                        out.push(other.map_or(0, |o| self.get(o, t)));
+                        continue;
+                    }
+                    let address = self.get(*ptr, t);
+                    let read = match space {
+                        Space::Global => self.global.read(address, ty),
+                        Space::Shared => self.shared.read(address, ty, t as u32),
+                    };
+                    out.push(read.map_err(|m| self.error(inst, Some(t), m))?);
+                }
+                self.regs[inst.results[0].index()] = out;
+                Ok(())
+            }
+            Op::Shuffle { mode, value, lane } => {
+                let out = (0..self.threads)
+                    .map(|t| {
+                        let own = (t as u32 % THREADS_PER_WARP) as u64;
+                        let operand = self.get(*lane, t) & 0x1f;
+                        let source = match mode {
+                            ShuffleMode::Bfly => own ^ operand,
+                            ShuffleMode::Idx => operand,
+                        };
+                        let warp_start = t - own as usize;
+                        self.get(*value, warp_start + source as usize)
+                    })
+                    .collect();
+                self.regs[inst.results[0].index()] = out;
+                Ok(())
+            }
+            op => {
+                let result = inst.results[0];
+                let ty = self.ty(result);
+                let out = (0..self.threads)
+                    .map(|t| {
+                        self.value_op(op, ty, t)
+                            .map(|bits| bits & mask(ty))
+                            .map_err(|m| self.error(inst, Some(t), m))
+                    })
+                    .collect::<Result<Vec<u64>>>()?;
+                self.regs[result.index()] = out;
+                Ok(())
+            }
+        }
+    }
+
+    fn space(&self, ptr: Reg) -> Space {
+        match self.ty(ptr) {
+            Type::Ptr(space) => space,
+            _ => Space::Global,
+        }
+    }
+
+    /// The bits of a value op's result in thread `t`.
+    fn value_op(&self, op: &Op, ty: Type, t: usize) -> std::result::Result<u64, String> {
+        let get = |r: &Reg| self.get(*r, t);
+        Ok(match op {
+            Op::Const(Constant::Int(v)) => *v as u64,
+            Op::Const(Constant::Float(v)) => match ty {
+                Type::F16 => f16::from_f64(*v).to_bits() as u64,
+                Type::BF16 => bf16::from_f64(*v).to_bits() as u64,
+                _ => bits_of(*v as f32),
+            },
+            Op::Special(special) => match special {
+                Special::Tid => t as u64,
+                Special::Ctaid(axis) => self.ctaid[*axis as usize % 3] as u64,
+                Special::Nctaid(axis) => self.nctaid[*axis as usize % 3] as u64,
+            },
+            Op::Int(op, x, y) => int_op(*op, get(x), get(y), ty)?,
+            Op::IntAbs(x) => signed(get(x), ty).wrapping_abs() as u64,
+            Op::Float(op, x, y) => {
+                let (x, y) = (f32_of(get(x)), f32_of(get(y)));
+                bits_of(match op {
+                    FloatOp::Add => x + y,
+                    FloatOp::Sub => x - y,
+                    FloatOp::Mul => x * y,
+                    FloatOp::Div => x / y,
+                    FloatOp::Max => x.max(y),
+                    FloatOp::Min => x.min(y),
+                })
+            }
+            Op::Math(math, x) => {
+                let x = f32_of(get(x));
+                bits_of(match math {
+                    Math::Neg => -x,
+                    Math::Abs => x.abs(),
+                    Math::Sqrt => x.sqrt(),
+                    Math::Ex2Approx => flush(flush(x).exp2()),
+                    Math::Lg2Approx => flush(x).log2(),
+                    Math::TanhApprox => x.tanh(),
+                })
+            }
+            Op::IntCmp(cmp, x, y) => {
+                let operand_ty = self.ty(*x);
+                let (a, b) = (get(x) & mask(operand_ty), get(y) & mask(operand_ty));
+                let (sa, sb) = (signed(a, operand_ty), signed(b, operand_ty));
+                (match cmp {
+                    IntCmp::Eq => a == b,
+                    IntCmp::Ne => a != b,
+                    IntCmp::Slt => sa < sb,
+                    IntCmp::Sle => sa <= sb,
+                    IntCmp::Sgt => sa > sb,
+                    IntCmp::Sge => sa >= sb,
+                    IntCmp::Ult => a < b,
+                    IntCmp::Ule => a <= b,
+                    IntCmp::Ugt => a > b,
+                    IntCmp::Uge => a >= b,
+                }) as u64
+            }
+            Op::FloatCmp(cmp, x, y) => {
+                let (a, b) = (f32_of(get(x)), f32_of(get(y)));
+                (match cmp {
+                    FloatCmp::Olt => a < b,
+                    FloatCmp::Ole => a <= b,
+                    FloatCmp::Ogt => a > b,
+                    FloatCmp::Oge => a >= b,
+                    FloatCmp::Oeq => a == b,
+                    FloatCmp::Une => a != b,
+                }) as u64
+            }
+            Op::Select {
+                cond,
+                if_true,
+                if_false,
+            } => {
+                if get(cond) & 1 != 0 {
+                    get(if_true)
+                } else {
+                    get(if_false)
+                }
+            }
+            Op::Cast(cast, x) => self.cast(*cast, get(x), self.ty(*x), ty)?,
+            Op::PtrAdd { ptr, offset, elem } => {
+                let offset = signed(get(offset), self.ty(*offset));
+                get(ptr).wrapping_add((offset.wrapping_mul(elem.bytes() as i64)) as u64)
+            }
+            Op::SharedAddress { offset } => *offset as u64,
+            Op::For { .. }
+            | Op::If { .. }
+            | Op::Yield(_)
+            | Op::Barrier
+            | Op::Store { .. }
+            | Op::Load { .. }
+            | Op::Shuffle { .. } => return Err("not a value op".to_string()),
+        })
+    }
+
+    fn cast(
+        &self,
+        cast: Cast,
+        bits: u64,
+        from: Type,
+        to: Type,
+    ) -> std::result::Result<u64, String> {
+        let float = |bits: u64| match from {
+            Type::F16 => f16::from_bits(bits as u16).to_f32(),
+            Type::BF16 => bf16::from_bits(bits as u16).to_f32(),
+            _ => f32_of(bits),
+        };
+        let to_float = |x: f32| match to {
+            Type::F16 => f16::from_f32(x).to_bits() as u64,
+            Type::BF16 => bf16::from_f32(x).to_bits() as u64,
+            _ => bits_of(x),
+        };
+        Ok(match cast {
+            Cast::FpExt | Cast::FpTrunc => to_float(float(bits)),
+            // Rust's `as` saturates and takes NaN to 0, as `cvt.rzi.sat` does.
+            Cast::FpToSiSat => match to {
+                Type::I64 => float(bits) as i64 as u64,
+                Type::I32 => float(bits) as i32 as u32 as u64,
+                other => {
+                    return Err(format!(
+                        "float to {} is not a cast kiln makes",
+                        other.name()
+                    ));
+                }
+            },
+            Cast::SiToFp => to_float(signed(bits, from) as f32),
+            Cast::UiToFp => to_float((bits & mask(from)) as f32),
+            Cast::ZExt => bits & mask(from),
+            Cast::SExt => signed(bits, from) as u64,
+            Cast::Trunc => bits,
+        })
+    }
+}
+
+/// An integer op of `ty`'s width; a division by zero or a shift past the width is LLVM poison,
+/// which the lowering never lets happen: an error here.
+fn int_op(op: IntOp, x: u64, y: u64, ty: Type) -> std::result::Result<u64, String> {
+    let (x, y) = (x & mask(ty), y & mask(ty));
+    let (sx, sy) = (signed(x, ty), signed(y, ty));
+    let width = ty.bits() as u64;
+    let shift = |y: u64| {
+        if y < width {
+            Ok(y as u32)
+        } else {
+            Err(format!(
+                "shift by {y}, at or past the width {width} (llvm poison)"
+            ))
+        }
+    };
+    Ok(match op {
+        IntOp::Add => x.wrapping_add(y),
+        IntOp::Sub => x.wrapping_sub(y),
+        IntOp::Mul => x.wrapping_mul(y),
+        IntOp::SDiv | IntOp::SRem if sy == 0 || sy == -1 => {
+            return Err(format!("division by {sy} (the lowering guards these)"));
+        }
+        IntOp::SDiv => (sx / sy) as u64,
+        IntOp::SRem => (sx % sy) as u64,
+        IntOp::SMax => sx.max(sy) as u64,
+        IntOp::SMin => sx.min(sy) as u64,
+        IntOp::And => x & y,
+        IntOp::Or => x | y,
+        IntOp::Xor => x ^ y,
+        IntOp::Shl => x << shift(y)?,
+        IntOp::AShr => (sx >> shift(y)?) as u64,
+        IntOp::LShr => x >> shift(y)?,
+    })
+}
+
+/// An op's name for error messages.
+fn inst_name(op: &Op) -> &'static str {
+    match op {
+        Op::Load { .. } => "ld",
+        Op::Store { .. } => "st",
+        Op::Shuffle { .. } => "shfl.sync",
+        Op::Barrier => "bar.sync",
+        Op::For { .. } => "for",
+        Op::If { .. } => "if",
+        Op::Int(..) | Op::IntAbs(..) => "integer op",
+        Op::Float(..) | Op::Math(..) => "float op",
+        Op::Cast(..) => "cvt",
+        _ => "op",
+    }
+}

@@ -1,0 +1,190 @@
+//! Global memory (the launch's buffers, each at its own address range) and a block's shared
+//! memory with its race detector.
+
+use half::{bf16, f16};
+use kiln_dsl::{DType, HostBuffer, KernelArg};
+
+use crate::thread::{Param, Type};
+
+/// Buffer `i` starts at address `(i + 1) << BUFFER_SHIFT`: an address names its buffer.
+const BUFFER_SHIFT: u32 = 40;
+
+/// The buffers of a launch, by pointer argument.
+pub(super) struct Global<'a> {
+    buffers: Vec<(&'a HostBuffer, &'static str)>,
+}
+
+impl<'a> Global<'a> {
+    pub fn new(params: &[Param], args: &[KernelArg<'a>]) -> Global<'a> {
+        let buffers = params
+            .iter()
+            .zip(args)
+            .filter_map(|(param, arg)| match arg {
+                KernelArg::Buffer(buffer) => Some((*buffer, param.name)),
+                _ => None,
+            })
+            .collect();
+        Global { buffers }
+    }
+
+    /// The register value of each argument: a buffer's base address, or a scalar's bits.
+    pub fn param_values(&self, args: &[KernelArg<'_>]) -> Vec<u64> {
+        let mut buffer = 0u64;
+        args.iter()
+            .map(|arg| match *arg {
+                KernelArg::Buffer(_) => {
+                    buffer += 1;
+                    buffer << BUFFER_SHIFT
+                }
+                KernelArg::I32(v) => v as u32 as u64,
+                KernelArg::I64(v) => v as u64,
+                KernelArg::F32(v) => v.to_bits() as u64,
+            })
+            .collect()
+    }
+
+    /// The buffer and element index an access of `ty` at `address` reaches, or why it is wrong.
+    fn locate(&self, address: u64, ty: Type) -> Result<(&'a HostBuffer, usize), String> {
+        let slot = (address >> BUFFER_SHIFT) as usize;
+        let Some(&(buffer, name)) = slot.checked_sub(1).and_then(|i| self.buffers.get(i)) else {
+            return Err(format!("access to {address:#x}, which is in no buffer"));
+        };
+        let size = buffer.dtype().size_bytes() as u64;
+        let byte = address - ((slot as u64) << BUFFER_SHIFT);
+        if ty.bytes() as u64 != size {
+            return Err(format!(
+                "{}-byte access to `{name}`, a buffer of {}",
+                ty.bytes(),
+                buffer.dtype()
+            ));
+        }
+        if !byte.is_multiple_of(size) || byte / size >= buffer.len() as u64 {
+            return Err(format!(
+                "out-of-bounds access to byte {byte} of `{name}`, which has {} elements",
+                buffer.len()
+            ));
+        }
+        Ok((buffer, (byte / size) as usize))
+    }
+
+    pub fn read(&self, address: u64, ty: Type) -> Result<u64, String> {
+        let (buffer, index) = self.locate(address, ty)?;
+        Ok(match buffer.dtype() {
+            DType::F16 => f16::from_f32(buffer.read_float(index)).to_bits() as u64,
+            DType::BF16 => bf16::from_f32(buffer.read_float(index)).to_bits() as u64,
+            DType::F32 => buffer.read_float(index).to_bits() as u64,
+            DType::I32 | DType::I64 | DType::I1 => buffer.read_int(index) as u64,
+        })
+    }
+
+    pub fn write(&self, address: u64, ty: Type, bits: u64) -> Result<(), String> {
+        let (buffer, index) = self.locate(address, ty)?;
+        match buffer.dtype() {
+            // Exact: every f16/bf16 is an f32, and the buffer rounds it back to itself.
+            DType::F16 => buffer.write_float(index, f16::from_bits(bits as u16).to_f32()),
+            DType::BF16 => buffer.write_float(index, bf16::from_bits(bits as u16).to_f32()),
+            DType::F32 => buffer.write_float(index, f32::from_bits(bits as u32)),
+            DType::I32 => buffer.write_int(index, bits as u32 as i32 as i64),
+            DType::I64 => buffer.write_int(index, bits as i64),
+            DType::I1 => buffer.write_int(index, (bits & 0xff != 0) as i64),
+        }
+        Ok(())
+    }
+}
+
+/// Who last touched a byte of shared memory, in which phase (barriers count phases).
+#[derive(Clone, Copy, Default)]
+struct Access {
+    phase: u32,
+    /// The thread, or `MANY` for a read by several.
+    thread: u32,
+    touched: bool,
+}
+
+const MANY: u32 = u32::MAX;
+
+/// A block's shared memory: bytes, and for each the last write and read, to find races.
+pub(super) struct Shared {
+    bytes: Vec<u8>,
+    writes: Vec<Access>,
+    reads: Vec<Access>,
+    phase: u32,
+}
+
+impl Shared {
+    pub fn new(size: u32) -> Shared {
+        Shared {
+            bytes: vec![0; size as usize],
+            writes: vec![Access::default(); size as usize],
+            reads: vec![Access::default(); size as usize],
+            phase: 0,
+        }
+    }
+
+    /// A barrier: what was written before it may be read by anyone after it.
+    pub fn barrier(&mut self) {
+        self.phase += 1;
+    }
+
+    fn range(&self, offset: u64, ty: Type) -> Result<std::ops::Range<usize>, String> {
+        let (start, len) = (offset as usize, ty.bytes() as usize);
+        if !offset.is_multiple_of(ty.bytes() as u64) || start + len > self.bytes.len() {
+            return Err(format!(
+                "out-of-bounds or misaligned shared access of {len} bytes at byte {offset} of {}",
+                self.bytes.len()
+            ));
+        }
+        Ok(start..start + len)
+    }
+
+    pub fn read(&mut self, offset: u64, ty: Type, thread: u32) -> Result<u64, String> {
+        let range = self.range(offset, ty)?;
+        let mut bits = 0u64;
+        for (i, at) in range.enumerate() {
+            let write = self.writes[at];
+            if !write.touched {
+                return Err(format!("read of shared byte {at}, which nothing wrote"));
+            }
+            if write.phase == self.phase && write.thread != thread {
+                return Err(format!(
+                    "race: shared byte {at} written by thread {} and read without a barrier between",
+                    write.thread
+                ));
+            }
+            let read = &mut self.reads[at];
+            let shared_read = read.touched && read.phase == self.phase && read.thread != thread;
+            *read = Access {
+                phase: self.phase,
+                thread: if shared_read { MANY } else { thread },
+                touched: true,
+            };
+            bits |= (self.bytes[at] as u64) << (8 * i);
+        }
+        Ok(bits)
+    }
+
+    pub fn write(&mut self, offset: u64, ty: Type, bits: u64, thread: u32) -> Result<(), String> {
+        let range = self.range(offset, ty)?;
+        for (i, at) in range.enumerate() {
+            let (write, read) = (self.writes[at], self.reads[at]);
+            if write.touched && write.phase == self.phase && write.thread != thread {
+                return Err(format!(
+                    "race: shared byte {at} written by threads {} and {thread} without a barrier between",
+                    write.thread
+                ));
+            }
+            if read.touched && read.phase == self.phase && read.thread != thread {
+                return Err(format!(
+                    "race: shared byte {at} read by another thread, then written without a barrier between"
+                ));
+            }
+            self.writes[at] = Access {
+                phase: self.phase,
+                thread,
+                touched: true,
+            };
+            self.bytes[at] = (bits >> (8 * i)) as u8;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,325 @@
+//! One thread-program instruction at a time, into LLVM IR.
+
+use inkwell::values::BasicValueEnum;
+use inkwell::{FloatPredicate, IntPredicate};
+
+use super::{Result, Translation};
+use crate::thread::{
+    Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, ShuffleMode, Special,
+};
+use crate::{CodegenError, Stage};
+
+/// `shfl.sync`'s operands for a whole warp: every lane takes part, lanes clamp at 31.
+const FULL_WARP: u64 = 0xffff_ffff;
+const CLAMP: u64 = 0x1f;
+
+impl<'ctx> Translation<'_, 'ctx> {
+    pub(super) fn inst(&mut self, inst: &Inst) -> Result<()> {
+        let value = match &inst.op {
+            Op::For {
+                lower,
+                upper,
+                step,
+                init,
+                iv,
+                params,
+                body,
+            } => {
+                let results = self.for_loop(*lower, *upper, *step, init, *iv, params, body)?;
+                for (&r, v) in inst.results.iter().zip(results) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
+            Op::If {
+                cond,
+                then_block,
+                else_block,
+            } => {
+                let results = self.if_else(*cond, then_block, else_block)?;
+                for (&r, v) in inst.results.iter().zip(results) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
+            Op::Store { ptr, value, pred } => return self.store(*ptr, *value, *pred),
+            Op::Barrier => return self.call_intrinsic_void("llvm.nvvm.barrier0"),
+            Op::Yield(_) => {
+                return Err(CodegenError::internal(
+                    Stage::Llir,
+                    "a yield that does not end its block",
+                ));
+            }
+            op => {
+                let result = inst.results.first().copied().ok_or_else(|| {
+                    CodegenError::internal(Stage::Llir, "a value op without a result")
+                })?;
+                self.value_op(op, result)?
+            }
+        };
+        self.bind(inst.results[0], value);
+        Ok(())
+    }
+
+    fn value_op(&mut self, op: &Op, result: crate::thread::Reg) -> Result<BasicValueEnum<'ctx>> {
+        let b = &self.builder;
+        let ty = self.ty(result);
+        Ok(match op {
+            Op::Const(Constant::Int(v)) => ty.into_int_type().const_int(*v as u64, true).into(),
+            Op::Const(Constant::Float(v)) => ty.into_float_type().const_float(*v).into(),
+            Op::Special(special) => self.special(*special)?,
+            Op::Int(op, x, y) => {
+                let (x, y) = (
+                    self.value(*x)?.into_int_value(),
+                    self.value(*y)?.into_int_value(),
+                );
+                match op {
+                    IntOp::Add => b.build_int_add(x, y, "")?,
+                    IntOp::Sub => b.build_int_sub(x, y, "")?,
+                    IntOp::Mul => b.build_int_mul(x, y, "")?,
+                    IntOp::SDiv => b.build_int_signed_div(x, y, "")?,
+                    IntOp::SRem => b.build_int_signed_rem(x, y, "")?,
+                    IntOp::And => b.build_and(x, y, "")?,
+                    IntOp::Or => b.build_or(x, y, "")?,
+                    IntOp::Xor => b.build_xor(x, y, "")?,
+                    IntOp::Shl => b.build_left_shift(x, y, "")?,
+                    IntOp::AShr => b.build_right_shift(x, y, true, "")?,
+                    IntOp::LShr => b.build_right_shift(x, y, false, "")?,
+                    IntOp::SMax | IntOp::SMin => {
+                        let name = if *op == IntOp::SMax {
+                            "llvm.smax"
+                        } else {
+                            "llvm.smin"
+                        };
+                        return self.call_intrinsic(name, &[ty], &[x.into(), y.into()]);
+                    }
+                }
+                .into()
+            }
+            Op::IntAbs(x) => {
+                // `is_int_min_poison = false`: the minimum stays itself, as `wrapping_abs`.
+                let no_poison = self.context.bool_type().const_zero();
+                return self.call_intrinsic(
+                    "llvm.abs",
+                    &[ty],
+                    &[self.value(*x)?, no_poison.into()],
+                );
+            }
+            // No fast-math flags: LLVM keeps each op correctly rounded (`add.rn`, `div.rn`) and
+            // never contracts a multiply and an add into an fma, which would round once.
+            Op::Float(op, x, y) => {
+                let (x, y) = (
+                    self.value(*x)?.into_float_value(),
+                    self.value(*y)?.into_float_value(),
+                );
+                match op {
+                    FloatOp::Add => b.build_float_add(x, y, "")?.into(),
+                    FloatOp::Sub => b.build_float_sub(x, y, "")?.into(),
+                    FloatOp::Mul => b.build_float_mul(x, y, "")?.into(),
+                    FloatOp::Div => b.build_float_div(x, y, "")?.into(),
+                    FloatOp::Max => {
+                        self.call_intrinsic("llvm.maxnum", &[ty], &[x.into(), y.into()])?
+                    }
+                    FloatOp::Min => {
+                        self.call_intrinsic("llvm.minnum", &[ty], &[x.into(), y.into()])?
+                    }
+                }
+            }
+            Op::Math(math, x) => self.math(*math, self.value(*x)?)?,
+            Op::IntCmp(cmp, x, y) => {
+                let predicate = match cmp {
+                    IntCmp::Eq => IntPredicate::EQ,
+                    IntCmp::Ne => IntPredicate::NE,
+                    IntCmp::Slt => IntPredicate::SLT,
+                    IntCmp::Sle => IntPredicate::SLE,
+                    IntCmp::Sgt => IntPredicate::SGT,
+                    IntCmp::Sge => IntPredicate::SGE,
+                    IntCmp::Ult => IntPredicate::ULT,
+                    IntCmp::Ule => IntPredicate::ULE,
+                    IntCmp::Ugt => IntPredicate::UGT,
+                    IntCmp::Uge => IntPredicate::UGE,
+                };
+                let (x, y) = (
+                    self.value(*x)?.into_int_value(),
+                    self.value(*y)?.into_int_value(),
+                );
+                b.build_int_compare(predicate, x, y, "")?.into()
+            }
+            Op::FloatCmp(cmp, x, y) => {
+                let predicate = match cmp {
+                    FloatCmp::Olt => FloatPredicate::OLT,
+                    FloatCmp::Ole => FloatPredicate::OLE,
+                    FloatCmp::Ogt => FloatPredicate::OGT,
+                    FloatCmp::Oge => FloatPredicate::OGE,
+                    FloatCmp::Oeq => FloatPredicate::OEQ,
+                    FloatCmp::Une => FloatPredicate::UNE,
+                };
+                let (x, y) = (
+                    self.value(*x)?.into_float_value(),
+                    self.value(*y)?.into_float_value(),
+                );
+                b.build_float_compare(predicate, x, y, "")?.into()
+            }
+            Op::Select {
+                cond,
+                if_true,
+                if_false,
+            } => b.build_select(
+                self.value(*cond)?.into_int_value(),
+                self.value(*if_true)?,
+                self.value(*if_false)?,
+                "",
+            )?,
+            Op::Cast(cast, x) => self.cast(*cast, self.value(*x)?, ty)?,
+            Op::PtrAdd { ptr, offset, elem } => {
+                let elem = super::llvm_type(self.context, *elem);
+                // Safety: a GEP without `inbounds` is plain address arithmetic; it never reads
+                // memory (masked-off lanes may point anywhere).
+                unsafe {
+                    b.build_gep(
+                        elem,
+                        self.value(*ptr)?.into_pointer_value(),
+                        &[self.value(*offset)?.into_int_value()],
+                        "",
+                    )?
+                }
+                .into()
+            }
+            Op::SharedAddress { offset } => {
+                let shared = self.shared.ok_or_else(|| {
+                    CodegenError::internal(Stage::Llir, "shared memory used but not reserved")
+                })?;
+                let offset = self.context.i32_type().const_int(*offset as u64, false);
+                // Safety: address arithmetic inside the shared array.
+                unsafe {
+                    b.build_gep(
+                        self.context.i8_type(),
+                        shared.as_pointer_value(),
+                        &[offset],
+                        "",
+                    )?
+                }
+                .into()
+            }
+            Op::Load { ptr, pred, other } => self.load(*ptr, *pred, *other, ty)?,
+            Op::Shuffle { mode, value, lane } => {
+                let suffix = if self.program.ty(*value).is_float() {
+                    "f32"
+                } else {
+                    "i32"
+                };
+                let mode = match mode {
+                    ShuffleMode::Bfly => "bfly",
+                    ShuffleMode::Idx => "idx",
+                };
+                let i32_type = self.context.i32_type();
+                self.call_intrinsic(
+                    &format!("llvm.nvvm.shfl.sync.{mode}.{suffix}"),
+                    &[],
+                    &[
+                        i32_type.const_int(FULL_WARP, false).into(),
+                        self.value(*value)?,
+                        self.value(*lane)?,
+                        i32_type.const_int(CLAMP, false).into(),
+                    ],
+                )?
+            }
+            Op::For { .. } | Op::If { .. } | Op::Store { .. } | Op::Barrier | Op::Yield(_) => {
+                return Err(CodegenError::internal(Stage::Llir, "not a value op"));
+            }
+        })
+    }
+
+    /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`.
+    fn special(&self, special: Special) -> Result<BasicValueEnum<'ctx>> {
+        let axis = |a: u8| ["x", "y", "z"][a as usize % 3];
+        let name = match special {
+            Special::Tid => "tid.x".to_string(),
+            Special::Ctaid(a) => format!("ctaid.{}", axis(a)),
+            Special::Nctaid(a) => format!("nctaid.{}", axis(a)),
+        };
+        let value = self.call_intrinsic(&format!("llvm.nvvm.read.ptx.sreg.{name}"), &[], &[])?;
+        if special == Special::Tid
+            && let Some(call) = value.into_int_value().as_instruction()
+        {
+            let i32_type = self.context.i32_type();
+            let range = self.context.metadata_node(&[
+                i32_type.const_int(0, false).into(),
+                i32_type
+                    .const_int(self.program.threads_per_block as u64, false)
+                    .into(),
+            ]);
+            call.set_metadata(range, self.context.get_kind_id("range"))
+                .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+        }
+        Ok(value)
+    }
+
+    fn math(&self, math: Math, x: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        let f32_type = self.context.f32_type();
+        Ok(match math {
+            Math::Neg => self
+                .builder
+                .build_float_neg(x.into_float_value(), "")?
+                .into(),
+            Math::Abs => self.call_intrinsic("llvm.fabs", &[f32_type.into()], &[x])?,
+            Math::Sqrt => self.call_intrinsic("llvm.sqrt", &[f32_type.into()], &[x])?,
+            Math::Ex2Approx => self.call_intrinsic("llvm.nvvm.ex2.approx.ftz.f", &[], &[x])?,
+            Math::Lg2Approx => self.call_intrinsic("llvm.nvvm.lg2.approx.ftz.f", &[], &[x])?,
+            // `tanh.approx.f32` (sm_75+), which LLVM 19 has no intrinsic for.
+            Math::TanhApprox => {
+                let asm_type = f32_type.fn_type(&[f32_type.into()], false);
+                let asm = self.context.create_inline_asm(
+                    asm_type,
+                    "tanh.approx.f32 $0, $1;".to_string(),
+                    "=f,f".to_string(),
+                    false,
+                    false,
+                    None,
+                    false,
+                );
+                self.builder
+                    .build_indirect_call(asm_type, asm, &[x.into()], "tanh")?
+                    .try_as_basic_value()
+                    .basic()
+                    .ok_or_else(|| {
+                        CodegenError::internal(Stage::Llir, "tanh asm returns nothing")
+                    })?
+            }
+        })
+    }
+
+    fn cast(
+        &self,
+        cast: Cast,
+        x: BasicValueEnum<'ctx>,
+        to: inkwell::types::BasicTypeEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let b = &self.builder;
+        Ok(match cast {
+            Cast::FpExt => b
+                .build_float_ext(x.into_float_value(), to.into_float_type(), "")?
+                .into(),
+            Cast::FpTrunc => b
+                .build_float_trunc(x.into_float_value(), to.into_float_type(), "")?
+                .into(),
+            // Saturating, NaN to zero: Rust's `as`, and PTX's `cvt.rzi.sat`.
+            Cast::FpToSiSat => self.call_intrinsic("llvm.fptosi.sat", &[to, x.get_type()], &[x])?,
+            Cast::SiToFp => b
+                .build_signed_int_to_float(x.into_int_value(), to.into_float_type(), "")?
+                .into(),
+            Cast::UiToFp => b
+                .build_unsigned_int_to_float(x.into_int_value(), to.into_float_type(), "")?
+                .into(),
+            Cast::ZExt => b
+                .build_int_z_extend(x.into_int_value(), to.into_int_type(), "")?
+                .into(),
+            Cast::SExt => b
+                .build_int_s_extend(x.into_int_value(), to.into_int_type(), "")?
+                .into(),
+            Cast::Trunc => b
+                .build_int_truncate(x.into_int_value(), to.into_int_type(), "")?
+                .into(),
+        })
+    }
+}

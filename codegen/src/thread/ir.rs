@@ -1,0 +1,303 @@
+//! The thread program's types, ops and instructions.
+
+use kiln_dsl::Loc;
+
+/// The type of a register (or of a memory access).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    I1,
+    I8,
+    I16,
+    I32,
+    I64,
+    F16,
+    BF16,
+    F32,
+    Ptr(Space),
+}
+
+impl Type {
+    /// The width in bits (pointers are 64-bit, in every space: generic addressing).
+    pub fn bits(self) -> u32 {
+        match self {
+            Type::I1 => 1,
+            Type::I8 => 8,
+            Type::I16 | Type::F16 | Type::BF16 => 16,
+            Type::I32 | Type::F32 => 32,
+            Type::I64 | Type::Ptr(_) => 64,
+        }
+    }
+
+    /// The bytes it takes in memory.
+    pub fn bytes(self) -> u32 {
+        self.bits().div_ceil(8)
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, Type::F16 | Type::BF16 | Type::F32)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::I1 => "i1",
+            Type::I8 => "i8",
+            Type::I16 => "i16",
+            Type::I32 => "i32",
+            Type::I64 => "i64",
+            Type::F16 => "f16",
+            Type::BF16 => "bf16",
+            Type::F32 => "f32",
+            Type::Ptr(Space::Global) => "ptr.global",
+            Type::Ptr(Space::Shared) => "ptr.shared",
+        }
+    }
+}
+
+/// An address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Space {
+    Global,
+    /// The block's shared memory; a pointer into it is a byte offset from its start.
+    Shared,
+}
+
+/// A register: an index into [`Program::types`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reg(pub u32);
+
+impl Reg {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A constant of its result register's type (floats as the f64 that rounds exactly to it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Constant {
+    Int(i64),
+    Float(f64),
+}
+
+/// PTX special registers, all i32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    /// `%tid.x`: the thread's index in its block (blocks are 1-D).
+    Tid,
+    /// `%ctaid.{x,y,z}`: the block's index in the grid.
+    Ctaid(u8),
+    /// `%nctaid.{x,y,z}`: the grid's size.
+    Nctaid(u8),
+}
+
+/// Integer ops, wrapping. `SDiv`/`SRem` truncate; their divisor is never zero or -1 (the lowering
+/// selects around both). Shifts take an amount below the width (the lowering clamps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOp {
+    Add,
+    Sub,
+    Mul,
+    SDiv,
+    SRem,
+    SMax,
+    SMin,
+    And,
+    Or,
+    Xor,
+    Shl,
+    AShr,
+    LShr,
+}
+
+/// f32 ops, each correctly rounded (`add.rn.f32`, ...), never contracted into an fma.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloatOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// IEEE maxNum: a NaN operand loses (`max.f32`).
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntCmp {
+    Eq,
+    Ne,
+    Slt,
+    Sle,
+    Sgt,
+    Sge,
+    Ult,
+    Ule,
+    Ugt,
+    Uge,
+}
+
+/// Ordered compares are false on NaN; `Une` is true on NaN.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloatCmp {
+    Olt,
+    Ole,
+    Ogt,
+    Oge,
+    Oeq,
+    Une,
+}
+
+/// Conversions to the result register's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cast {
+    /// f16/bf16 to f32, exact.
+    FpExt,
+    /// f32 to f16/bf16, round to nearest even (`cvt.rn`).
+    FpTrunc,
+    /// Float to integer toward zero, saturating, NaN to 0 (`cvt.rzi.sat`).
+    FpToSiSat,
+    /// Signed integer to float, round to nearest even.
+    SiToFp,
+    /// Unsigned integer (a bool) to float.
+    UiToFp,
+    ZExt,
+    SExt,
+    Trunc,
+}
+
+/// f32 math functions, named after the PTX instruction each is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Math {
+    Neg,
+    Abs,
+    /// `sqrt.rn.f32`: correctly rounded.
+    Sqrt,
+    /// `ex2.approx.ftz.f32`: 2^x within 2 ulp, subnormal inputs and results flushed to zero.
+    Ex2Approx,
+    /// `lg2.approx.ftz.f32`: log2 x within 2^-22 absolute, subnormal inputs flushed to zero.
+    Lg2Approx,
+    /// `tanh.approx.f32`: within 2^-11 relative.
+    TanhApprox,
+}
+
+impl Math {
+    /// Whether the GPU computes it approximately (the emulator, with Rust's f32 function).
+    pub fn is_approx(self) -> bool {
+        matches!(self, Math::Ex2Approx | Math::Lg2Approx | Math::TanhApprox)
+    }
+}
+
+/// `shfl.sync` modes: the source lane is `lane ^ operand` or `operand`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShuffleMode {
+    Bfly,
+    Idx,
+}
+
+/// One operation; results are in its [`Inst`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    Const(Constant),
+    Special(Special),
+    Int(IntOp, Reg, Reg),
+    /// Integer absolute value; the minimum stays itself.
+    IntAbs(Reg),
+    Float(FloatOp, Reg, Reg),
+    Math(Math, Reg),
+    IntCmp(IntCmp, Reg, Reg),
+    FloatCmp(FloatCmp, Reg, Reg),
+    Select {
+        cond: Reg,
+        if_true: Reg,
+        if_false: Reg,
+    },
+    Cast(Cast, Reg),
+    /// `ptr + offset * elem.bytes()` (a signed offset of any integer type, sign-extended).
+    PtrAdd {
+        ptr: Reg,
+        offset: Reg,
+        elem: Type,
+    },
+    /// A pointer to byte `offset` of the block's shared memory.
+    SharedAddress {
+        offset: u32,
+    },
+    /// Reads the result's type at `ptr` where `pred` holds (or always); gives `other` (or zero)
+    /// where it does not, without touching memory.
+    Load {
+        ptr: Reg,
+        pred: Option<Reg>,
+        other: Option<Reg>,
+    },
+    /// Writes `value` at `ptr` where `pred` holds (or always).
+    Store {
+        ptr: Reg,
+        value: Reg,
+        pred: Option<Reg>,
+    },
+    /// `bar.sync 0`: every thread of the block waits here; shared-memory writes before it are
+    /// visible to reads after it.
+    Barrier,
+    /// `shfl.sync.{bfly,idx}.b32` over the full warp: the value (i32 or f32) of the source lane.
+    Shuffle {
+        mode: ShuffleMode,
+        value: Reg,
+        lane: Reg,
+    },
+    /// `for iv in (lower..upper).step_by(step)` while `iv` does not wrap; the body's parameters
+    /// are `iv` and the carried values (`init` on entry); results are the last yield (or `init`).
+    For {
+        lower: Reg,
+        upper: Reg,
+        step: Reg,
+        init: Vec<Reg>,
+        iv: Reg,
+        params: Vec<Reg>,
+        body: Block,
+    },
+    If {
+        cond: Reg,
+        then_block: Block,
+        else_block: Block,
+    },
+    /// Ends a `for` body or an `if` branch; its operands become the op's results.
+    Yield(Vec<Reg>),
+}
+
+/// An op with its results and, where it came from a tile op, that op's DSL source position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inst {
+    pub results: Vec<Reg>,
+    pub op: Op,
+    pub loc: Option<Loc>,
+}
+
+/// A straight-line list of instructions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Block {
+    pub insts: Vec<Inst>,
+}
+
+/// A kernel parameter: a global pointer or a scalar, in the tile kernel's argument order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub name: &'static str,
+    pub reg: Reg,
+}
+
+/// What one thread of a block runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub name: &'static str,
+    pub params: Vec<Param>,
+    pub threads_per_block: u32,
+    /// The block's shared memory, in bytes (static; at most 48 KiB).
+    pub shared_bytes: u32,
+    /// The type of every register, by [`Reg`].
+    pub types: Vec<Type>,
+    pub body: Block,
+}
+
+impl Program {
+    pub fn ty(&self, reg: Reg) -> Type {
+        self.types[reg.index()]
+    }
+}

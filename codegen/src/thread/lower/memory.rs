@@ -1,0 +1,240 @@
+//! Pointer arithmetic, loads and stores, one register at a time, and block pointers as
+//! per-thread address arithmetic. A mask or a boundary check is the access's predicate: a lane
+//! whose predicate is false never touches memory. A store is made only by the owner of each
+//! element (the first of the threads holding a copy; thread 0 for a scalar store).
+
+use kiln_dsl::ir::{Inst as TileInst, Value};
+use kiln_dsl::types::DType;
+
+use super::{Lowering, Result, memory_type, unsupported};
+use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
+
+/// A block pointer's registers: base, then shape, strides and offsets per dimension (i64).
+struct BlockRegs {
+    base: Reg,
+    shape: Vec<Reg>,
+    strides: Vec<Reg>,
+    offsets: Vec<Reg>,
+}
+
+impl BlockRegs {
+    fn from_regs(regs: &[Reg]) -> BlockRegs {
+        let rank = (regs.len() - 1) / 3;
+        BlockRegs {
+            base: regs[0],
+            shape: regs[1..1 + rank].to_vec(),
+            strides: regs[1 + rank..1 + 2 * rank].to_vec(),
+            offsets: regs[1 + 2 * rank..].to_vec(),
+        }
+    }
+
+    fn into_regs(self) -> Vec<Reg> {
+        let mut regs = vec![self.base];
+        regs.extend(self.shape);
+        regs.extend(self.strides);
+        regs.extend(self.offsets);
+        regs
+    }
+}
+
+impl Lowering<'_> {
+    /// `ptr + offset` elements of the pointee, the offset sign-extended (the interpreter's i64
+    /// arithmetic).
+    pub(super) fn add_ptr(&mut self, ptr: Value, offset: Value) -> Result<Vec<Reg>> {
+        let elem = memory_type(self.dtype(ptr));
+        let (ptrs, offsets) = (self.regs(ptr)?, self.regs(offset)?);
+        Ok(ptrs
+            .into_iter()
+            .zip(offsets)
+            .map(|(p, o)| self.ptr_add(p, o, elem))
+            .collect())
+    }
+
+    fn ptr_add(&mut self, ptr: Reg, offset: Reg, elem: Type) -> Reg {
+        let ty = self.ty(ptr);
+        self.emit(Op::PtrAdd { ptr, offset, elem }, ty)
+    }
+
+    /// Loads one register of `dtype` at `ptr` where `pred` holds, `other` (or zero) elsewhere.
+    pub(super) fn load_register(
+        &mut self,
+        ptr: Reg,
+        dtype: DType,
+        pred: Option<Reg>,
+        other: Option<Reg>,
+    ) -> Reg {
+        if dtype != DType::I1 {
+            return self.emit(Op::Load { ptr, pred, other }, memory_type(dtype));
+        }
+        let other = other.map(|o| self.emit(Op::Cast(Cast::ZExt, o), Type::I8));
+        let byte = self.emit(Op::Load { ptr, pred, other }, Type::I8);
+        let zero = self.int_const(Type::I8, 0);
+        self.icmp(IntCmp::Ne, byte, zero)
+    }
+
+    pub(super) fn store_register(&mut self, ptr: Reg, value: Reg, pred: Option<Reg>) {
+        let value = match self.ty(value) {
+            Type::I1 => self.emit(Op::Cast(Cast::ZExt, value), Type::I8),
+            _ => value,
+        };
+        self.emit_effect(Op::Store { ptr, value, pred });
+    }
+
+    pub(super) fn load(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        mask: Option<Value>,
+        other: Option<Value>,
+    ) -> Result<Vec<Reg>> {
+        let dtype = self.result_dtype(inst)?;
+        let ptrs = self.regs(ptr)?;
+        let masks = mask.map(|m| self.regs(m)).transpose()?;
+        let others = other.map(|o| self.regs(o)).transpose()?;
+        Ok((0..ptrs.len())
+            .map(|i| {
+                let pred = masks.as_ref().map(|m| m[i]);
+                let other = others.as_ref().filter(|_| pred.is_some()).map(|o| o[i]);
+                self.load_register(ptrs[i], dtype, pred, other)
+            })
+            .collect())
+    }
+
+    /// The predicate under which this thread stores each register of `ptr`: its owner's, and
+    /// thread 0 for a scalar.
+    fn owners(&mut self, inst: &TileInst, value: Value) -> Result<Vec<Option<Reg>>> {
+        match self.value_map(inst, value)? {
+            Some(map) => Ok(self.positions(&map).into_iter().map(|p| p.owner).collect()),
+            None => {
+                let zero = self.i32_const(0);
+                Ok(vec![Some(self.icmp(IntCmp::Eq, self.tid, zero))])
+            }
+        }
+    }
+
+    pub(super) fn store(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+    ) -> Result<()> {
+        let owners = self.owners(inst, ptr)?;
+        let (ptrs, values) = (self.regs(ptr)?, self.regs(value)?);
+        let masks = mask.map(|m| self.regs(m)).transpose()?;
+        for (i, (&address, &stored)) in ptrs.iter().zip(&values).enumerate() {
+            let pred = self.and_pred(masks.as_ref().map(|m| m[i]), owners[i]);
+            self.store_register(address, stored, pred);
+        }
+        Ok(())
+    }
+
+    /// An i64 register of a scalar integer value (block pointer fields are i64 in the IR).
+    fn scalar_i64(&mut self, value: Value) -> Result<Reg> {
+        let reg = self.reg(value)?;
+        Ok(match self.ty(reg) {
+            Type::I64 => reg,
+            _ => self.emit(Op::Cast(Cast::SExt, reg), Type::I64),
+        })
+    }
+
+    pub(super) fn make_block_ptr(
+        &mut self,
+        base: Value,
+        shape: &[Value],
+        strides: &[Value],
+        offsets: &[Value],
+    ) -> Result<Vec<Reg>> {
+        let mut fields = |values: &[Value]| -> Result<Vec<Reg>> {
+            values.iter().map(|&v| self.scalar_i64(v)).collect()
+        };
+        let block = BlockRegs {
+            shape: fields(shape)?,
+            strides: fields(strides)?,
+            offsets: fields(offsets)?,
+            base: self.reg(base)?,
+        };
+        Ok(block.into_regs())
+    }
+
+    pub(super) fn advance(&mut self, ptr: Value, offsets: &[Value]) -> Result<Vec<Reg>> {
+        let mut block = BlockRegs::from_regs(&self.regs(ptr)?);
+        for (offset, &delta) in block.offsets.iter_mut().zip(offsets) {
+            let delta = self.scalar_i64(delta)?;
+            *offset = self.int(IntOp::Add, *offset, delta);
+        }
+        Ok(block.into_regs())
+    }
+
+    /// For each register of a block of layout-mapped `value`: its address, and whether it lies
+    /// inside the array along every checked dimension (`None`: nothing is checked).
+    fn block_addresses(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        value: Value,
+        boundary_check: &[usize],
+    ) -> Result<Vec<(Reg, Option<Reg>)>> {
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let elem = memory_type(self.dtype(ptr));
+        let map = self.value_map(inst, value)?.ok_or_else(|| {
+            unsupported(
+                inst,
+                "expected a tile through a block pointer, got a scalar",
+            )
+        })?;
+        let positions = self.positions(&map);
+        let zero = self.int_const(Type::I64, 0);
+        let mut out = Vec::new();
+        for position in positions {
+            let mut linear = zero;
+            let mut inside: Option<Reg> = None;
+            for (d, &coord) in position.coords.iter().enumerate() {
+                let coord = self.emit(Op::Cast(Cast::SExt, coord), Type::I64);
+                let index = self.int(IntOp::Add, block.offsets[d], coord);
+                let scaled = self.int(IntOp::Mul, index, block.strides[d]);
+                linear = self.int(IntOp::Add, linear, scaled);
+                if boundary_check.contains(&d) {
+                    let above = self.icmp(IntCmp::Sge, index, zero);
+                    let below = self.icmp(IntCmp::Slt, index, block.shape[d]);
+                    let both = self.int(IntOp::And, above, below);
+                    inside = self.and_pred(inside, Some(both));
+                }
+            }
+            out.push((self.ptr_add(block.base, linear, elem), inside));
+        }
+        Ok(out)
+    }
+
+    /// Reads a block; elements outside the array along checked dimensions read zero.
+    pub(super) fn load_block(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        boundary_check: &[usize],
+    ) -> Result<Vec<Reg>> {
+        let dtype = self.result_dtype(inst)?;
+        let addresses = self.block_addresses(inst, ptr, inst.results[0], boundary_check)?;
+        Ok(addresses
+            .into_iter()
+            .map(|(address, inside)| self.load_register(address, dtype, inside, None))
+            .collect())
+    }
+
+    pub(super) fn store_block(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        value: Value,
+        boundary_check: &[usize],
+    ) -> Result<()> {
+        let owners = self.owners(inst, value)?;
+        let addresses = self.block_addresses(inst, ptr, value, boundary_check)?;
+        let values = self.regs(value)?;
+        for ((&(address, inside), &stored), owner) in addresses.iter().zip(&values).zip(owners) {
+            let pred = self.and_pred(inside, owner);
+            self.store_register(address, stored, pred);
+        }
+        Ok(())
+    }
+}

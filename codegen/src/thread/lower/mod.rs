@@ -1,0 +1,482 @@
+//! Tile IR with layouts -> the thread program.
+//!
+//! A tile value becomes the registers this thread holds under its layout, in the order of its
+//! [`ThreadMap`]'s registers; a scalar becomes one register every thread holds; a block pointer
+//! its base, shape, strides and offsets (scalars). Positions are computed from the thread id: the
+//! lane and warp fields of every layout are hoisted to the program's entry, the per-register
+//! offsets added where they are used. One module per kind of op:
+//! [`arith`] (elementwise), [`memory`] (pointers, loads, stores, block pointers), [`movement`]
+//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), [`control`].
+
+mod arith;
+mod control;
+mod memory;
+mod movement;
+
+use std::collections::HashMap;
+
+use kiln_dsl::Loc;
+use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
+use kiln_dsl::types::{DType, Elem, Type as TileType};
+
+use super::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Param, Program, Reg, Special, Type};
+use crate::layout::{Id, IdField, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap};
+use crate::{CodegenError, CompileOptions, Stage};
+
+type Result<T> = std::result::Result<T, CodegenError>;
+
+/// Shared memory a block may use without opting into the dynamic carve-out.
+const MAX_STATIC_SHARED_BYTES: u32 = 48 * 1024;
+
+/// Lowers `kernel` with its `layouts` to the program one thread of a block runs.
+pub fn lower(
+    kernel: &Kernel,
+    layouts: &LayoutAssignment,
+    options: &CompileOptions,
+) -> Result<Program> {
+    let mut lowering = Lowering {
+        kernel,
+        layouts,
+        types: Vec::new(),
+        prelude: Vec::new(),
+        blocks: vec![Vec::new()],
+        values: vec![None; kernel.values.len()],
+        next_inst: 0,
+        loc: None,
+        converted: Vec::new(),
+        fields: HashMap::new(),
+        tid: Reg(0),
+        shared_bytes: 0,
+    };
+    let mut params = Vec::new();
+    for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
+        let ty = match kernel.ty(arg).elem() {
+            Some(Elem::Value(dtype)) => register_type(dtype),
+            _ => Type::Ptr(super::Space::Global),
+        };
+        let reg = lowering.new_reg(ty);
+        lowering.values[arg.index()] = Some(vec![reg]);
+        params.push(Param {
+            name: decl.name,
+            reg,
+        });
+    }
+    lowering.tid = lowering.emit_prelude(Op::Special(Special::Tid), Type::I32);
+    lowering.region(&kernel.body)?;
+    let mut insts = std::mem::take(&mut lowering.prelude);
+    insts.extend(lowering.blocks.pop().unwrap_or_default());
+    Ok(Program {
+        name: kernel.name(),
+        params,
+        threads_per_block: options.threads_per_block(),
+        shared_bytes: lowering.shared_bytes,
+        types: lowering.types,
+        body: Block { insts },
+    })
+}
+
+/// Where one register of a tile sits, as registers of this thread.
+pub(super) struct Position {
+    /// The element's index along each dimension (i32).
+    pub coords: Vec<Reg>,
+    /// Whether this thread is the element's owner; `None` where every holder owns it.
+    pub owner: Option<Reg>,
+}
+
+pub(super) struct Lowering<'a> {
+    kernel: &'a Kernel,
+    layouts: &'a LayoutAssignment,
+    types: Vec<Type>,
+    /// Thread-id arithmetic, hoisted to the program's entry so that it dominates every use.
+    prelude: Vec<Inst>,
+    /// The blocks being built, innermost last.
+    blocks: Vec<Vec<Inst>>,
+    /// The registers of every tile value lowered so far, by [`Value`].
+    values: Vec<Option<Vec<Reg>>>,
+    /// The pre-order index of the next tile instruction (the layout stage's numbering).
+    next_inst: usize,
+    /// The tile op being lowered: its location goes on every instruction it makes.
+    loc: Option<Loc>,
+    /// The operands of the current op converted to another layout: (value, layout, registers).
+    converted: Vec<(Value, Layout, Vec<Reg>)>,
+    /// Lane and warp fields computed in the prelude.
+    fields: HashMap<IdField, Reg>,
+    tid: Reg,
+    shared_bytes: u32,
+}
+
+impl Lowering<'_> {
+    fn new_reg(&mut self, ty: Type) -> Reg {
+        self.types.push(ty);
+        Reg(self.types.len() as u32 - 1)
+    }
+
+    pub(super) fn ty(&self, reg: Reg) -> Type {
+        self.types[reg.index()]
+    }
+
+    /// Appends an instruction with one result of type `ty` to the current block.
+    pub(super) fn emit(&mut self, op: Op, ty: Type) -> Reg {
+        let reg = self.new_reg(ty);
+        self.push(Inst {
+            results: vec![reg],
+            op,
+            loc: self.loc,
+        });
+        reg
+    }
+
+    /// Appends an instruction without results (a store, a barrier).
+    pub(super) fn emit_effect(&mut self, op: Op) {
+        self.push(Inst {
+            results: Vec::new(),
+            op,
+            loc: self.loc,
+        });
+    }
+
+    pub(super) fn push(&mut self, inst: Inst) {
+        if let Some(block) = self.blocks.last_mut() {
+            block.push(inst);
+        }
+    }
+
+    fn emit_prelude(&mut self, op: Op, ty: Type) -> Reg {
+        let reg = self.new_reg(ty);
+        self.prelude.push(Inst {
+            results: vec![reg],
+            op,
+            loc: None,
+        });
+        reg
+    }
+
+    pub(super) fn int_const(&mut self, ty: Type, value: i64) -> Reg {
+        self.emit(Op::Const(Constant::Int(value)), ty)
+    }
+
+    pub(super) fn i32_const(&mut self, value: i64) -> Reg {
+        self.int_const(Type::I32, value)
+    }
+
+    pub(super) fn int(&mut self, op: IntOp, a: Reg, b: Reg) -> Reg {
+        let ty = self.ty(a);
+        self.emit(Op::Int(op, a, b), ty)
+    }
+
+    pub(super) fn icmp(&mut self, cmp: IntCmp, a: Reg, b: Reg) -> Reg {
+        self.emit(Op::IntCmp(cmp, a, b), Type::I1)
+    }
+
+    /// `a && b` where either may be absent (true).
+    pub(super) fn and_pred(&mut self, a: Option<Reg>, b: Option<Reg>) -> Option<Reg> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(self.int(IntOp::And, a, b)),
+            (a, None) => a,
+            (None, b) => b,
+        }
+    }
+
+    /// `(id >> shift) & mask`, computed once in the prelude.
+    pub(super) fn field(&mut self, field: IdField) -> Reg {
+        if let Some(&reg) = self.fields.get(&field) {
+            return reg;
+        }
+        let (id_shift, id_mask) = match field.id {
+            Id::Lane => (0, THREADS_PER_WARP - 1),
+            Id::Warp => (THREADS_PER_WARP.trailing_zeros(), u32::MAX),
+        };
+        let prelude_const =
+            |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
+        let shift = prelude_const(self, (id_shift + field.shift) as i64);
+        let shifted = self.emit_prelude(Op::Int(IntOp::LShr, self.tid, shift), Type::I32);
+        let mask = prelude_const(self, ((id_mask >> field.shift) & field.mask()) as i64);
+        let reg = self.emit_prelude(Op::Int(IntOp::And, shifted, mask), Type::I32);
+        self.fields.insert(field, reg);
+        reg
+    }
+
+    /// Each register's position under `map`, from the thread id.
+    pub(super) fn positions(&mut self, map: &ThreadMap) -> Vec<Position> {
+        let mut replicas: Option<Reg> = None;
+        for &field in &map.replicas {
+            let value = self.field(field);
+            let zero = self.i32_const(0);
+            let is_zero = self.icmp(IntCmp::Eq, value, zero);
+            replicas = self.and_pred(replicas, Some(is_zero));
+        }
+        let bases: Vec<Reg> = (0..map.rank())
+            .map(|d| {
+                let mut base = self.i32_const(0);
+                for term in map.bases[d].clone() {
+                    let field = self.field(term.field);
+                    let scale = self.i32_const(term.scale as i64);
+                    let scaled = self.int(IntOp::Mul, field, scale);
+                    base = self.int(IntOp::Add, base, scaled);
+                }
+                base
+            })
+            .collect();
+        let mut positions = Vec::new();
+        for offsets in &map.registers {
+            let mut coords = Vec::new();
+            let mut owner = replicas;
+            for d in 0..map.rank() {
+                let offset = self.i32_const(offsets[d] as i64);
+                let unwrapped = self.int(IntOp::Add, bases[d], offset);
+                if !map.wraps(d) {
+                    coords.push(unwrapped);
+                    continue;
+                }
+                // A tile smaller than the layout's extent wraps: later threads hold copies.
+                let mask = self.i32_const(map.shape[d] as i64 - 1);
+                coords.push(self.int(IntOp::And, unwrapped, mask));
+                let size = self.i32_const(map.shape[d] as i64);
+                let first = self.icmp(IntCmp::Ult, unwrapped, size);
+                owner = self.and_pred(owner, Some(first));
+            }
+            positions.push(Position { coords, owner });
+        }
+        positions
+    }
+
+    /// The thread map of `layout` for `shape`, or an error naming the op.
+    pub(super) fn map(
+        &self,
+        inst: &TileInst,
+        layout: &Layout,
+        shape: &[usize],
+    ) -> Result<ThreadMap> {
+        layout.thread_map(shape).ok_or_else(|| {
+            unsupported(
+                inst,
+                format!("the {} layout is not lowered yet", layout.kind_name()),
+            )
+        })
+    }
+
+    /// The layout `value` has as an operand of the current op (after any conversion).
+    pub(super) fn layout_of(&self, value: Value) -> Option<&Layout> {
+        self.converted
+            .iter()
+            .find(|(v, _, _)| *v == value)
+            .map(|(_, layout, _)| layout)
+            .or_else(|| self.layouts.layout(value))
+    }
+
+    /// The registers of a value already lowered, as an operand of the current op.
+    pub(super) fn regs(&self, value: Value) -> Result<Vec<Reg>> {
+        if let Some((_, _, regs)) = self.converted.iter().find(|(v, _, _)| *v == value) {
+            return Ok(regs.clone());
+        }
+        self.values[value.index()].clone().ok_or_else(|| {
+            CodegenError::internal(
+                Stage::Thread,
+                format!("value %{} is used before it is lowered", value.0),
+            )
+        })
+    }
+
+    pub(super) fn reg(&self, value: Value) -> Result<Reg> {
+        Ok(self.regs(value)?[0])
+    }
+
+    pub(super) fn bind(&mut self, value: Value, regs: Vec<Reg>) {
+        self.values[value.index()] = Some(regs);
+    }
+
+    /// How many registers a thread holds of `value`: its layout's, 1 for a scalar.
+    pub(super) fn register_count(&self, inst: &TileInst, value: Value) -> Result<usize> {
+        match self.layouts.layout(value) {
+            Some(layout) => Ok(self
+                .map(inst, layout, self.kernel.ty(value).shape())?
+                .registers
+                .len()),
+            None => Ok(1),
+        }
+    }
+
+    /// The thread map of `value` under its (operand) layout; `None` for a scalar.
+    pub(super) fn value_map(&self, inst: &TileInst, value: Value) -> Result<Option<ThreadMap>> {
+        match self.layout_of(value) {
+            Some(layout) => Ok(Some(self.map(
+                inst,
+                layout,
+                self.kernel.ty(value).shape(),
+            )?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn reserve_shared(&mut self, inst: &TileInst, bytes: u32) -> Result<()> {
+        if bytes > MAX_STATIC_SHARED_BYTES {
+            return Err(unsupported(
+                inst,
+                format!(
+                    "expected at most {MAX_STATIC_SHARED_BYTES} bytes of shared memory, needs {bytes}"
+                ),
+            ));
+        }
+        self.shared_bytes = self.shared_bytes.max(bytes);
+        Ok(())
+    }
+
+    /// Lowers a region's instructions; returns the registers of the values its `yield` names.
+    pub(super) fn region(&mut self, region: &Region) -> Result<Vec<Vec<Reg>>> {
+        for inst in &region.insts {
+            let index = self.next_inst;
+            self.next_inst += 1;
+            self.loc = Some(inst.loc);
+            self.converted.clear();
+            for conversion in self.layouts.conversions_at(index) {
+                let regs = self.convert(inst, conversion.value, &conversion.to)?;
+                self.converted
+                    .push((conversion.value, conversion.to.clone(), regs));
+            }
+            if let TileOp::Yield { values } = &inst.op {
+                return values.iter().map(|&v| self.regs(v)).collect();
+            }
+            let results = self.inst(inst)?;
+            for (&result, regs) in inst.results.iter().zip(results) {
+                self.bind(result, regs);
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    fn inst(&mut self, inst: &TileInst) -> Result<Vec<Vec<Reg>>> {
+        let one = |regs: Vec<Reg>| Ok(vec![regs]);
+        match &inst.op {
+            TileOp::Constant(c) => {
+                let dtype = self.result_dtype(inst)?;
+                let reg = self.constant(*c, dtype);
+                one(vec![reg; self.register_count(inst, inst.results[0])?])
+            }
+            TileOp::ProgramId { axis } => one(vec![
+                self.emit(Op::Special(Special::Ctaid(*axis)), Type::I32),
+            ]),
+            TileOp::NumPrograms { axis } => one(vec![
+                self.emit(Op::Special(Special::Nctaid(*axis)), Type::I32),
+            ]),
+            TileOp::Arange { start, .. } => one(self.arange(inst, *start)?),
+            TileOp::Splat { value } => {
+                let scalar = self.reg(*value)?;
+                one(vec![scalar; self.register_count(inst, inst.results[0])?])
+            }
+            TileOp::Broadcast { value } => one(self.broadcast(inst, *value)?),
+            TileOp::ExpandDims { value, axis } => one(self.expand_dims(inst, *value, *axis)?),
+            TileOp::Trans { value } => one(self.trans(inst, *value)?),
+            TileOp::Cast { value } => one(self.cast(inst, *value)?),
+            TileOp::Unary { op, value } => one(self.unary(inst, *op, *value)?),
+            TileOp::Binary { op, lhs, rhs } => one(self.binary(inst, *op, *lhs, *rhs)?),
+            TileOp::Compare { op, lhs, rhs } => one(self.compare(*op, *lhs, *rhs)?),
+            TileOp::Select {
+                cond,
+                if_true,
+                if_false,
+            } => one(self.select(*cond, *if_true, *if_false)?),
+            TileOp::Reduce { op, value, axis } => one(self.reduce(inst, *op, *value, *axis)?),
+            TileOp::AddPtr { ptr, offset } => one(self.add_ptr(*ptr, *offset)?),
+            TileOp::Load { ptr, mask, other } => one(self.load(inst, *ptr, *mask, *other)?),
+            TileOp::Store { ptr, value, mask } => {
+                self.store(inst, *ptr, *value, *mask)?;
+                Ok(Vec::new())
+            }
+            TileOp::MakeBlockPtr {
+                base,
+                shape,
+                strides,
+                offsets,
+                ..
+            } => one(self.make_block_ptr(*base, shape, strides, offsets)?),
+            TileOp::Advance { ptr, offsets } => one(self.advance(*ptr, offsets)?),
+            TileOp::LoadBlock {
+                ptr,
+                boundary_check,
+            } => one(self.load_block(inst, *ptr, boundary_check)?),
+            TileOp::StoreBlock {
+                ptr,
+                value,
+                boundary_check,
+            } => {
+                self.store_block(inst, *ptr, *value, boundary_check)?;
+                Ok(Vec::new())
+            }
+            TileOp::For {
+                lower,
+                upper,
+                step,
+                init,
+                body,
+            } => self.for_loop(*lower, *upper, *step, init, body),
+            TileOp::If {
+                cond,
+                then_region,
+                else_region,
+            } => self.if_else(*cond, then_region, else_region),
+            TileOp::Yield { .. } => Err(CodegenError::internal(
+                Stage::Thread,
+                "a yield that does not end its region",
+            )),
+            TileOp::Dot { .. } => Err(unsupported(
+                inst,
+                "`dot` is not lowered yet (mma.sync and ldmatrix come next)",
+            )),
+        }
+    }
+
+    /// The number type of an instruction's (first) result.
+    pub(super) fn result_dtype(&self, inst: &TileInst) -> Result<DType> {
+        inst.results
+            .first()
+            .and_then(|&r| self.kernel.ty(r).dtype())
+            .ok_or_else(|| {
+                CodegenError::internal(
+                    Stage::Thread,
+                    format!("expected `{}` to give numbers", inst.op.name()),
+                )
+            })
+    }
+
+    /// The number type of a value, or of what a pointer or block pointer points at.
+    pub(super) fn dtype(&self, value: Value) -> DType {
+        match self.kernel.ty(value) {
+            TileType::Tensor {
+                elem: Elem::Value(dtype) | Elem::Ptr(dtype),
+                ..
+            } => *dtype,
+            TileType::BlockPtr { pointee, .. } => *pointee,
+        }
+    }
+
+    pub(super) fn shape(&self, value: Value) -> Vec<usize> {
+        match self.kernel.ty(value) {
+            TileType::Tensor { shape, .. } => shape.clone(),
+            TileType::BlockPtr { block_shape, .. } => block_shape.clone(),
+        }
+    }
+}
+
+pub(super) fn unsupported(inst: &TileInst, message: impl Into<String>) -> CodegenError {
+    CodegenError::unsupported(Stage::Thread, inst.op.name(), inst.loc, message)
+}
+
+/// The register type of a number dtype.
+pub(super) fn register_type(dtype: DType) -> Type {
+    match dtype {
+        DType::F16 => Type::F16,
+        DType::BF16 => Type::BF16,
+        DType::F32 => Type::F32,
+        DType::I32 => Type::I32,
+        DType::I64 => Type::I64,
+        DType::I1 => Type::I1,
+    }
+}
+
+/// The memory type of a dtype: booleans are bytes in memory (as the interpreter's buffers hold them).
+pub(super) fn memory_type(dtype: DType) -> Type {
+    match dtype {
+        DType::I1 => Type::I8,
+        other => register_type(other),
+    }
+}
