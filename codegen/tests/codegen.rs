@@ -10,6 +10,7 @@
 
 #[path = "../../runtime/tests/gpu/cases.rs"]
 mod cases;
+mod layout_math;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -17,6 +17,8 @@
 //! thread ids, tests compute it on the CPU.
 
 mod assign;
+pub mod mma;
+pub mod swizzle;
 mod text;
 
 use std::fmt;
