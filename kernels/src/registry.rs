@@ -1,9 +1,11 @@
 //! Every kernel kiln-kernels defines, by name, with a default specialisation: what `kiln list`
-//! and `kiln ir` read.
+//! and `kiln ir` read. The defaults are f16 (f32 bias for the GEMM), attention at head dim 64,
+//! and block sizes the launchers would pick.
 
 use kiln_dsl::{DType, Kernel, KernelSignature, Spec};
 
 use crate::attention::{AttentionParams, backward, block_sizes, forward};
+use crate::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// One kernel: its signature, its builder and the spec `kiln ir` uses when given none.
 #[derive(Clone, Copy, Debug)]
@@ -38,7 +40,15 @@ fn default_blocks() -> crate::attention::BlockSizes {
     block_sizes(64).expect("head dim 64 has kernels")
 }
 
-/// Every kernel, in pipeline order.
+/// A `T = f16` spec with the given block sizes.
+fn f16_blocks(block_m: i64, block_n: i64) -> Spec {
+    Spec::new()
+        .dtype("T", DType::F16)
+        .int("BLOCK_M", block_m)
+        .int("BLOCK_N", block_n)
+}
+
+/// Every kernel: attention in pipeline order, then the general kernels.
 pub fn kernels() -> Vec<KernelEntry> {
     vec![
         KernelEntry {
@@ -61,6 +71,31 @@ pub fn kernels() -> Vec<KernelEntry> {
             build: backward::attention_bwd_dkdv::build,
             default_spec: || default_attention().backward_spec(default_blocks()),
         },
+        KernelEntry {
+            signature: &gemm::gemm_bias_gelu::SIGNATURE,
+            build: gemm::gemm_bias_gelu::build,
+            default_spec: || f16_blocks(64, 64).dtype("B", DType::F32).int("BLOCK_K", 32),
+        },
+        KernelEntry {
+            signature: &softmax::softmax_rows::SIGNATURE,
+            build: softmax::softmax_rows::build,
+            default_spec: || f16_blocks(4, 1024),
+        },
+        KernelEntry {
+            signature: &layernorm::layernorm::SIGNATURE,
+            build: layernorm::layernorm::build,
+            default_spec: || f16_blocks(16, 64),
+        },
+        KernelEntry {
+            signature: &reduce::column_sums::SIGNATURE,
+            build: reduce::column_sums::build,
+            default_spec: || f16_blocks(32, 64),
+        },
+        KernelEntry {
+            signature: &transpose::transpose::SIGNATURE,
+            build: transpose::transpose::build,
+            default_spec: || f16_blocks(32, 64),
+        },
     ]
 }
 
@@ -74,4 +109,27 @@ pub fn find(name: &str) -> Result<KernelEntry, String> {
             let names: Vec<_> = all.iter().map(|k| k.name()).collect();
             format!("no kernel `{name}`; kernels: {}", names.join(", "))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_builds_at_its_default_spec() {
+        for kernel in kernels() {
+            if let Err(e) = (kernel.build)(&(kernel.default_spec)()) {
+                panic!("{} does not build at its default spec: {e}", kernel.name());
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_kernel_lists_the_kernels() {
+        let err = find("attention").unwrap_err();
+        assert!(
+            err.starts_with("no kernel `attention`; kernels: attention_fwd, "),
+            "{err}"
+        );
+    }
 }
