@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# kiln's test suite on a fresh machine without a GPU (the README's test command; CI runs it):
+# installs what it needs, then formatting, lints and every test.
+# Rust comes from rust-toolchain.toml. kiln-codegen links LLVM 19 statically (Debian's packages)
+# and its tests assemble the PTX they generate with ptxas 13.0.88 (PyPI, the GPU machine's
+# version): both are installed here when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# LLVM 19, through apt-get as root, only where it is not installed yet.
+if ! command -v llvm-config-19 >/dev/null 2>&1 && [ ! -x /usr/lib/llvm-19/bin/llvm-config ]; then
+    as_root=()
+    if [ "$(id -u)" != 0 ]; then
+        as_root=(sudo)
+    fi
+    "${as_root[@]}" apt-get update
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y llvm-19-dev libpolly-19-dev libzstd-dev
+fi
+# llvm-sys looks here first, whatever other llvm-config is on PATH.
+export LLVM_SYS_191_PREFIX=/usr/lib/llvm-19
+
+# ptxas, in a virtual environment kept between runs; codegen's tests read KILN_PTXAS and, with
+# it set, fail unless ptxas runs and assembles every kernel for sm_80 and sm_90a.
+if [ -z "${KILN_PTXAS:-}" ]; then
+    venv="${KILN_PTXAS_VENV:-$HOME/.cache/kiln/ptxas-venv}"
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvcc==13.0.88'
+    # The wheel puts ptxas under the `nvidia` namespace package: <site-packages>/nvidia/cu13/bin.
+    KILN_PTXAS=$("$venv/bin/python" -c '
+import importlib.util, os, sys
+spec = importlib.util.find_spec("nvidia")
+for root in (spec.submodule_search_locations if spec else []):
+    path = os.path.join(root, "cu13", "bin", "ptxas")
+    if os.access(path, os.X_OK):
+        print(path)
+        sys.exit(0)
+sys.exit("ptxas not found in the nvidia-cuda-nvcc wheel")
+')
+    export KILN_PTXAS
+fi
+"$KILN_PTXAS" --version | tail -n 1
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+# The GPU test is built and linted here, and run on a GPU machine (scripts/device-gpu-tests.sh).
+cargo clippy -p kiln-runtime --all-targets --release --features gpu -- -D warnings
+cargo test --release --workspace
