@@ -23,12 +23,16 @@
 //! buffers, so that a layout, conversion or reduction bug fails in CI against the interpreter,
 //! not on the GPU. [`thread_program`] gives that program without LLVM's stages.
 //!
-//! What lowers today: scalars and 1-D and 2-D tiles in blocked and slice layouts, elementwise
-//! arithmetic, casts, compares and selects, pointer arithmetic, masked loads and stores, block
-//! pointers with boundary checks, `splat`, `broadcast`, `expand_dims`, `trans`, reductions along
-//! an axis, layout conversions through shared memory, `program_id` and `num_programs`, scalar
-//! `for` and `if`. Anything else (`dot`, for now) is a [`CodegenError::Unsupported`] naming the
-//! op and its DSL source line.
+//! What lowers today: scalars and 1-D and 2-D tiles in blocked, slice and mma layouts,
+//! elementwise arithmetic, casts, compares and selects, pointer arithmetic, masked loads and
+//! stores, block pointers with boundary checks, `splat`, `broadcast`, `expand_dims`, `trans`,
+//! reductions along an axis, layout conversions through shared memory, `program_id` and
+//! `num_programs`, scalar `for` and `if`, and `dot` of f16/bf16 tiles on tensor cores
+//! (`mma.sync.m16n8k16`, operands staged in swizzled shared memory and read with `ldmatrix`, or
+//! an earlier `dot`'s accumulator taken as the A operand in registers), with dynamic shared
+//! memory above 48 KiB. The attention kernels (forward, preprocess, dQ, dK/dV) and the general
+//! kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
+//! dimensions) is a [`CodegenError::Unsupported`] naming the op and its DSL source line.
 
 pub mod emulate;
 pub mod error;
@@ -63,6 +67,15 @@ impl Target {
         match self {
             Target::Sm80 => "sm_80",
             Target::Sm90a => "sm_90a",
+        }
+    }
+
+    /// The most shared memory a block may have (static and dynamic): 163 KiB on sm_80 (A100),
+    /// 227 KiB on sm_90.
+    pub fn max_shared_bytes(self) -> u32 {
+        match self {
+            Target::Sm80 => 163 * 1024,
+            Target::Sm90a => 227 * 1024,
         }
     }
 
@@ -222,6 +235,12 @@ impl Compiled {
     /// The thread program the PTX was translated from.
     pub fn program(&self) -> &thread::Program {
         &self.program
+    }
+
+    /// The dynamic shared memory a launch must give (0: the kernel's is static); above 48 KiB
+    /// the function must opt in (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        self.program.dynamic_shared_bytes()
     }
 
     /// The block size a launch must use: `32 * num_warps` threads along x.

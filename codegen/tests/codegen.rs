@@ -23,6 +23,14 @@ use kiln_codegen::{
 use kiln_dsl::prelude::*;
 use kiln_dsl::{Grid, HostBuffer, Kernel, KernelArg, Spec};
 
+/// The attention kernels, in pipeline order.
+const ATTENTION_KERNELS: [&str; 4] = [
+    "attention_fwd",
+    "attention_bwd_preprocess",
+    "attention_bwd_dq",
+    "attention_bwd_dkdv",
+];
+
 fn blessing() -> bool {
     std::env::var_os("KILN_BLESS").is_some()
 }
@@ -129,6 +137,52 @@ fn layout_of_column_sums_slices_along_rows() {
         "column_sums_f32_m32_n64",
         "column_sums_f32_m32_n64_w4_sm_80",
     );
+}
+
+/// A small `dot` kernel: its accumulator and the stores of it in the mma layout, index tiles
+/// in its slices, the operands staged into swizzled shared memory after their loads (B once as
+/// `[K, N]`, once as `[N, K]` seen through `trans`), and `ldmatrix` conversions to dot operands.
+#[test]
+fn layout_of_a_dot_stages_operands_in_swizzled_shared_memory() {
+    golden_layout(
+        "tile_dot_f16_m64_n32_k32",
+        "tile_dot_f16_m64_n32_k32_w4_sm_80",
+    );
+}
+
+/// The forward attention kernel: `Q K^T` reads Q and K from shared memory (K through `trans`,
+/// plain `ldmatrix`), the scores and O share one mma layout with their row statistics in its
+/// slice, and `P @ V` takes P from the scores' registers with no `convert_layout` (V by
+/// `ldmatrix.trans`).
+#[test]
+fn layout_of_attention_forward_takes_p_from_registers() {
+    golden_layout(
+        "attention_fwd_f16_d64_causal",
+        "attention_fwd_f16_d64_causal_w4_sm_80",
+    );
+    let compiled = compile_case(&case("attention_fwd_f16_d64_causal_w4_sm_80"));
+    let layout = compiled.stage(Stage::Layout);
+    let pv = layout
+        .lines()
+        .find(|l| l.contains("%acc.") && l.contains(" = dot "))
+        .expect("the P @ V dot");
+    assert!(
+        pv.ends_with("is #dot_op in registers: no data movement"),
+        "{pv}"
+    );
+    let p = pv
+        .split(" = dot ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap();
+    assert!(
+        !layout.contains(&format!("convert_layout {p} ")),
+        "P is converted:\n{layout}"
+    );
+    // Everything is in the mma layout or its slices: no conversion of registers.
+    assert!(!layout.contains("#blocked1"), "{layout}");
 }
 
 /// The thread program of small kernels, as text: positions from thread ids, predicated
@@ -241,6 +295,58 @@ fn the_emulator_agrees_at_one_and_eight_warps() {
             }
         }
     }
+}
+
+/// Every attention kernel at head dims 64 and 128, f16 and bf16, causal and not, at the warps
+/// it is compiled with, on the GPU cases' ragged shapes (seqlen 70 x 45 and 45 x 70).
+#[test]
+fn the_emulator_agrees_on_every_attention_kernel() {
+    for name in ATTENTION_KERNELS {
+        for head_dim in [64, 128] {
+            for dtype in [F16, BF16] {
+                for causal in [false, true] {
+                    let case = cases::Case {
+                        name: format!("{name}_{dtype}_d{head_dim}_causal={causal}"),
+                        kernel: cases::attention_kernel(name, dtype, head_dim, causal),
+                        num_warps: cases::attention_num_warps(name, head_dim),
+                        target: "sm_80",
+                        tolerance: cases::attention_tolerance(name, dtype),
+                    };
+                    for run in cases::runs(&case) {
+                        let outcome = emulate_run(&case, &run);
+                        assert_eq!(
+                            outcome.mismatches, 0,
+                            "{} {}: {:?}",
+                            case.name, run.label, outcome.first
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A kernel whose staged tiles exceed 48 KiB gets them as dynamic shared memory, which the
+/// launch must size and opt into.
+#[test]
+fn shared_memory_above_48_kib_is_dynamic() {
+    let compiled = compile_case(&case("attention_fwd_bf16_d128_w8_sm_90a"));
+    // Q (128 x 128), K and V (64 x 128), bf16.
+    assert_eq!(compiled.dynamic_shared_bytes(), (128 + 64 + 64) * 128 * 2);
+    assert!(
+        compiled
+            .ptx()
+            .contains(".extern .shared .align 16 .b8 kiln_shared[];"),
+        "{}",
+        compiled.ptx()
+    );
+    let small = compile_case(&case("attention_fwd_f16_d64_causal_w4_sm_80"));
+    assert_eq!(small.dynamic_shared_bytes(), 0);
+    assert!(
+        small
+            .ptx()
+            .contains(".shared .align 16 .b8 kiln_shared[32768];")
+    );
 }
 
 /// A thread program without its barriers races on shared memory: the emulator says so (where
@@ -567,7 +673,7 @@ fn line_of(text: &str) -> u32 {
 }
 
 #[test]
-fn an_op_without_a_layout_names_the_op_and_its_line() {
+fn a_dot_without_an_mma_names_the_op_and_its_line() {
     let kernel = square::build(&Spec::new().int("BLOCK", 16)).unwrap();
     let err = compile(&kernel, &CompileOptions::default()).unwrap_err();
     let CodegenError::Unsupported { stage, op, loc, .. } = &err else {
@@ -581,7 +687,10 @@ fn an_op_without_a_layout_names_the_op_and_its_line() {
     );
     let rendered = err.to_string();
     assert!(
-        rendered.starts_with("layout stage cannot handle `dot` yet: `dot` needs the mma"),
+        rendered.starts_with(
+            "layout stage cannot handle `dot` yet: expected f16 or bf16 operands (mma.sync \
+             m16n8k16), got f32"
+        ),
         "{rendered}"
     );
     assert!(
@@ -634,17 +743,18 @@ fn the_gpu_tests_ptx_is_up_to_date() {
     let cases = cases::cases();
     let mut index = String::from(
         "//! Generated by kiln-codegen's tests (`KILN_BLESS=1 cargo test -p kiln-codegen`): the PTX\n\
-         //! of every GPU test case, by case name.\n\n\
+         //! of every GPU test case, by case name, with the dynamic shared memory a launch gives it.\n\n\
          #[rustfmt::skip]\n\
-         pub const PTX: &[(&str, &str)] = &[\n",
+         pub const PTX: &[(&str, &str, u32)] = &[\n",
     );
     for case in &cases {
         let compiled = compile_case(case);
         check_file(&dir.join(format!("{}.ptx", case.name)), compiled.ptx());
         let _ = writeln!(
             index,
-            "    (\"{0}\", include_str!(\"{0}.ptx\")),",
-            case.name
+            "    (\"{0}\", include_str!(\"{0}.ptx\"), {1}),",
+            case.name,
+            compiled.dynamic_shared_bytes()
         );
     }
     index.push_str("];\n");
@@ -737,6 +847,26 @@ fn ptxas_assembles_every_kernel_without_spills() {
         for target in Target::ALL {
             let compiled = compile(&kernel, &CompileOptions::new(target, 4)).unwrap();
             kernels.push((format!("{name}_{target}"), compiled));
+        }
+    }
+    // Every attention kernel at head dims 64 and 128, f16 and bf16, causal and not.
+    for name in ATTENTION_KERNELS {
+        for head_dim in [64, 128] {
+            for dtype in [F16, BF16] {
+                for causal in [false, true] {
+                    let kernel = cases::attention_kernel(name, dtype, head_dim, causal);
+                    let num_warps = cases::attention_num_warps(name, head_dim);
+                    for target in Target::ALL {
+                        let compiled = compile(&kernel, &CompileOptions::new(target, num_warps))
+                            .unwrap_or_else(|e| panic!("{name}: {e}"));
+                        let mask = if causal { "_causal" } else { "" };
+                        kernels.push((
+                            format!("{name}_{dtype}_d{head_dim}{mask}_w{num_warps}_{target}"),
+                            compiled,
+                        ));
+                    }
+                }
+            }
         }
     }
     let mut failures = Vec::new();

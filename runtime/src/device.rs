@@ -179,6 +179,30 @@ impl Function {
         &self.params
     }
 
+    /// Lets launches of this function give it up to `bytes` of dynamic shared memory
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): a kernel that needs more than the
+    /// 48 KiB a block gets by default must opt in before its first launch.
+    pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<()> {
+        let bytes = i32::try_from(bytes).map_err(|_| RuntimeError::Launch {
+            kernel: self.name.clone(),
+            message: format!("{bytes} bytes of dynamic shared memory"),
+        })?;
+        self.function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+            .map_err(|e| {
+                RuntimeError::driver(
+                    format!(
+                        "opting `{}` into {bytes} bytes of dynamic shared memory",
+                        self.name
+                    ),
+                    e,
+                )
+            })
+    }
+
     /// Registers per thread, as the driver compiled the PTX for this GPU.
     pub fn num_registers(&self) -> Result<i32> {
         self.function

@@ -62,6 +62,16 @@ impl LaunchConfig {
             shared_mem_bytes: 0,
         }
     }
+
+    /// The same launch with `bytes` of dynamic shared memory (what kiln-codegen says a kernel
+    /// needs; above 48 KiB the function must opt in first:
+    /// [`Function::set_max_dynamic_shared_bytes`]).
+    pub fn with_dynamic_shared_bytes(self, bytes: u32) -> LaunchConfig {
+        LaunchConfig {
+            shared_mem_bytes: bytes,
+            ..self
+        }
+    }
 }
 
 impl Device {

@@ -7,6 +7,7 @@
 //!
 //! Run it on a machine with a GPU: `cargo test --release -p kiln-runtime --features gpu --test gpu`,
 //! or build it here and run it there with `scripts/device-gpu-tests.sh` (then `.device/kiln-gpu-tests`).
+//! An argument runs only the cases whose names contain it (`.device/kiln-gpu-tests attention_`).
 
 #[path = "gpu/cases.rs"]
 mod cases;
@@ -20,25 +21,32 @@ use kiln_runtime::{Device, Function, LaunchArg, LaunchConfig, ParamType, Runtime
 
 use cases::{Arg, Case, Outcome, Run, Tolerance};
 
-/// Loads a case's PTX and finds its kernel.
-fn load(device: &Device, case: &Case) -> Result<Function, String> {
-    let source = ptx::PTX
+/// Loads a case's PTX and finds its kernel, opted into the dynamic shared memory it needs;
+/// returns it with that many bytes.
+fn load(device: &Device, case: &Case) -> Result<(Function, u32), String> {
+    let (source, shared_bytes) = ptx::PTX
         .iter()
-        .find(|(name, _)| *name == case.name)
-        .map(|(_, text)| *text)
+        .find(|(name, _, _)| *name == case.name)
+        .map(|&(_, text, shared_bytes)| (text, shared_bytes))
         .ok_or_else(|| format!("no PTX for case {} in gpu/ptx/mod.rs", case.name))?;
     let module = device
         .load_module(&case.name, source)
         .map_err(|e| e.to_string())?;
-    module
+    let function = module
         .function(case.kernel.name(), ParamType::of_kernel(&case.kernel))
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    if shared_bytes > 0 {
+        function
+            .set_max_dynamic_shared_bytes(shared_bytes)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok((function, shared_bytes))
 }
 
 fn run_case(
     device: &Device,
     case: &Case,
-    function: &Function,
+    (function, shared_bytes): &(Function, u32),
     run: &Run,
 ) -> Result<Outcome, String> {
     let runtime = |e: RuntimeError| e.to_string();
@@ -66,7 +74,8 @@ fn run_case(
             Arg::F32(v) => LaunchArg::F32(v),
         })
         .collect();
-    let config = LaunchConfig::new(run.grid, case.num_warps * 32);
+    let config =
+        LaunchConfig::new(run.grid, case.num_warps * 32).with_dynamic_shared_bytes(*shared_bytes);
     // Safety: the PTX is this case's kernel, whose parameters `ParamType::of_kernel` lists, and
     // the interpreter just ran it on buffers of the same sizes without an out-of-bounds access.
     unsafe { device.launch(function, config, &launch_args) }.map_err(runtime)?;
@@ -102,8 +111,13 @@ fn main() -> ExitCode {
         "{:40} {:18} {:>10} {:>10} {:>10} {:>10}  result",
         "case", "run", "tolerance", "elements", "mismatches", "max |diff|"
     );
+    // An argument keeps the cases whose names contain it (for the sanitizers' slower runs).
+    let filter = std::env::args().nth(1).unwrap_or_default();
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
-    for case in cases::cases() {
+    for case in cases::cases()
+        .into_iter()
+        .filter(|c| c.name.contains(&filter))
+    {
         // `sm_90a` PTX runs on compute capability 9.0 only.
         if case.target == "sm_90a" && capability != (9, 0) {
             println!(

@@ -6,6 +6,10 @@ use half::{bf16, f16};
 use super::EmulationError;
 use super::memory::{Global, Shared};
 use crate::layout::THREADS_PER_WARP;
+use crate::layout::mma::{
+    ACC_REGS_PER_MMA, K_WIDTH, MMA_K, MMA_M, MMA_N, a_fragment, acc_fragment, b_fragment,
+    ldmatrix_source,
+};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
     ShuffleMode, Space, Special, Type,
@@ -197,6 +201,27 @@ impl BlockState<'_, '_> {
                 }
                 Ok(())
             }
+            Op::StoreVector { ptr, values } => {
+                let ty = self.ty(values[0]);
+                let bytes = (ty.bytes() as usize * values.len()) as u64;
+                for t in 0..self.threads {
+                    let address = self.get(*ptr, t);
+                    if !address.is_multiple_of(bytes) {
+                        let message = format!("{bytes}-byte vector store at {address}, misaligned");
+                        return Err(self.error(inst, Some(t), message));
+                    }
+                    for (i, &value) in values.iter().enumerate() {
+                        let at = address + i as u64 * ty.bytes() as u64;
+                        let bits = self.get(value, t);
+                        let written = match self.space(*ptr) {
+                            Space::Global => self.global.write(at, ty, bits),
+                            Space::Shared => self.shared.write(at, ty, bits, t as u32),
+                        };
+                        written.map_err(|m| self.error(inst, Some(t), m))?;
+                    }
+                }
+                Ok(())
+            }
             Op::Load { ptr, pred, other } => {
                 let (space, ty) = (self.space(*ptr), self.ty(inst.results[0]));
                 let mut out = Vec::with_capacity(self.threads);
@@ -215,6 +240,8 @@ impl BlockState<'_, '_> {
                 self.regs[inst.results[0].index()] = out;
                 Ok(())
             }
+            Op::Ldmatrix { ptr, count, trans } => self.ldmatrix(inst, *ptr, *count, *trans),
+            Op::Mma { a, b, c } => self.mma(inst, a, b, c),
             Op::Shuffle { mode, value, lane } => {
                 let out = (0..self.threads)
                     .map(|t| {
@@ -245,6 +272,91 @@ impl BlockState<'_, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// `ldmatrix` over each warp: lane `l`'s register `j` gets, in each half, the element of
+    /// matrix `j`'s row that `mma::ldmatrix_source` names, read from the row address its lane
+    /// gave. Each row address must be 16-byte aligned; reads are checked for races as the
+    /// receiving lane's.
+    fn ldmatrix(&mut self, inst: &Inst, ptr: Reg, count: u8, trans: bool) -> Result<()> {
+        let mut out = vec![vec![0u64; self.threads]; count as usize];
+        for warp_start in (0..self.threads).step_by(THREADS_PER_WARP as usize) {
+            let addresses: Vec<u64> = (0..THREADS_PER_WARP as usize)
+                .map(|lane| self.get(ptr, warp_start + lane))
+                .collect();
+            for (lane, address) in addresses.iter().enumerate().take(8 * count as usize) {
+                if !address.is_multiple_of(16) {
+                    let message = format!("row address {address} is not 16-byte aligned");
+                    return Err(self.error(inst, Some(warp_start + lane), message));
+                }
+            }
+            for lane in 0..THREADS_PER_WARP {
+                let thread = warp_start + lane as usize;
+                for (reg, regs) in out.iter_mut().enumerate() {
+                    for half in 0..K_WIDTH {
+                        let (source, elem) = ldmatrix_source(lane, reg, half, trans);
+                        let at = addresses[source as usize] + 2 * elem as u64;
+                        let bits = self
+                            .shared
+                            .read(at, Type::I16, thread as u32)
+                            .map_err(|m| self.error(inst, Some(thread), m))?;
+                        regs[thread] |= bits << (16 * half);
+                    }
+                }
+            }
+        }
+        for (&result, values) in inst.results.iter().zip(out) {
+            self.regs[result.index()] = values;
+        }
+        Ok(())
+    }
+
+    /// `mma.sync.m16n8k16` over each warp: the lanes' fragments (`mma::a_fragment`,
+    /// `b_fragment`, `acc_fragment`) assembled into A (16 x 16), B (16 x 8) and C, then
+    /// `D = C + A B` with the 16 exact products summed in f64 and the total rounded to f32 once.
+    fn mma(&mut self, inst: &Inst, a: &[Reg], b: &[Reg], c: &[Reg]) -> Result<()> {
+        let half_value = match self.ty(a[0]) {
+            Type::F16x2 => |bits: u64| f16::from_bits(bits as u16).to_f64(),
+            Type::BF16x2 => |bits: u64| bf16::from_bits(bits as u16).to_f64(),
+            other => {
+                let message = format!("operands of {}, expected f16x2 or bf16x2", other.name());
+                return Err(self.error(inst, None, message));
+            }
+        };
+        let mut out = vec![vec![0u64; self.threads]; ACC_REGS_PER_MMA];
+        for warp_start in (0..self.threads).step_by(THREADS_PER_WARP as usize) {
+            let mut a_tile = [[0f64; MMA_K]; MMA_M];
+            let mut b_tile = [[0f64; MMA_N]; MMA_K];
+            let mut c_tile = [[0f64; MMA_N]; MMA_M];
+            for lane in 0..THREADS_PER_WARP {
+                let thread = warp_start + lane as usize;
+                for half in 0..K_WIDTH {
+                    for (reg, &r) in a.iter().enumerate() {
+                        let [m, k] = a_fragment(lane, reg, half);
+                        a_tile[m][k] = half_value(self.get(r, thread) >> (16 * half));
+                    }
+                    for (reg, &r) in b.iter().enumerate() {
+                        let [k, n] = b_fragment(lane, reg, half);
+                        b_tile[k][n] = half_value(self.get(r, thread) >> (16 * half));
+                    }
+                }
+                for (reg, &r) in c.iter().enumerate() {
+                    let [m, n] = acc_fragment(lane, reg);
+                    c_tile[m][n] = f32_of(self.get(r, thread)) as f64;
+                }
+            }
+            for lane in 0..THREADS_PER_WARP {
+                for (reg, regs) in out.iter_mut().enumerate() {
+                    let [m, n] = acc_fragment(lane, reg);
+                    let products: f64 = (0..MMA_K).map(|k| a_tile[m][k] * b_tile[k][n]).sum();
+                    regs[warp_start + lane as usize] = bits_of((c_tile[m][n] + products) as f32);
+                }
+            }
+        }
+        for (&result, values) in inst.results.iter().zip(out) {
+            self.regs[result.index()] = values;
+        }
+        Ok(())
     }
 
     fn space(&self, ptr: Reg) -> Space {
@@ -338,12 +450,16 @@ impl BlockState<'_, '_> {
                 get(ptr).wrapping_add((offset.wrapping_mul(elem.bytes() as i64)) as u64)
             }
             Op::SharedAddress { offset } => *offset as u64,
+            Op::Pack { lo, hi } => (get(lo) & 0xffff) | (get(hi) & 0xffff) << 16,
             Op::For { .. }
             | Op::If { .. }
             | Op::Yield(_)
             | Op::Barrier
             | Op::Store { .. }
+            | Op::StoreVector { .. }
             | Op::Load { .. }
+            | Op::Ldmatrix { .. }
+            | Op::Mma { .. }
             | Op::Shuffle { .. } => return Err("not a value op".to_string()),
         })
     }
@@ -426,8 +542,10 @@ fn int_op(op: IntOp, x: u64, y: u64, ty: Type) -> std::result::Result<u64, Strin
 fn inst_name(op: &Op) -> &'static str {
     match op {
         Op::Load { .. } => "ld",
-        Op::Store { .. } => "st",
+        Op::Store { .. } | Op::StoreVector { .. } => "st",
         Op::Shuffle { .. } => "shfl.sync",
+        Op::Ldmatrix { .. } => "ldmatrix",
+        Op::Mma { .. } => "mma.sync",
         Op::Barrier => "bar.sync",
         Op::For { .. } => "for",
         Op::If { .. } => "if",

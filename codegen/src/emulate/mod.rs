@@ -19,6 +19,12 @@
 //!   approximations differ from those by at most 2 ulp (`ex2`), 2^-22 absolute (`lg2`) and
 //!   2^-11 relative (`tanh`): results that go through them agree with the GPU within that, all
 //!   others exactly.
+//! - **Tensor cores**: `ldmatrix` and `mma.sync` move and multiply exactly the elements the
+//!   fragment maps of [`crate::layout::mma`] name. An mma's 16 products are exact; the emulator
+//!   sums them in f64 with the accumulator and rounds once to f32, while the GPU adds them in an
+//!   order and with intermediate truncation of its own: a `dot` agrees with the GPU (and with the
+//!   interpreter, which adds one product at a time in f32) to a few f32 ulp of the magnitudes it
+//!   sums, not bit for bit.
 //!
 //! Blocks run in parallel (they share only global memory, as on the GPU).
 

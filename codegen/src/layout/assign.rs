@@ -1,14 +1,21 @@
 //! Layout assignment: which layout every tile value gets, and where an op needs an operand in
 //! another layout than the one it has (an explicit conversion, through shared memory).
 //!
-//! Values that elementwise ops, loads, stores, `broadcast`, loop-carried values and `if` results
-//! tie together form a class that shares one layout. A class of 2-D tiles gets the coalescing
+//! Values that elementwise ops, loads, stores, `broadcast`, loop-carried values, `if` results and
+//! a `dot`'s result and accumulator tie together form a class that shares one layout. A class
+//! with a `dot` result gets the mma accumulator layout ([`MmaV2::choose`]: warps along M first);
+//! another class of 2-D tiles gets the coalescing
 //! blocked layout of its widest shape ([`BlockedLayout::coalesced`], Triton's `Coalesce`); a class
 //! of 1-D tiles gets the slice of a 2-D layout when a reduction produces it or `expand_dims`
 //! consumes it (so that neither moves data), and a coalescing 1-D layout otherwise. Then each op
 //! that relates two layouts checks its operand: `expand_dims` wants the slice of its result's
 //! layout, a reduction the parent of its result's slice, `trans` the transpose of its result's
-//! layout; an operand in another layout gets a [`Conversion`] right before the op.
+//! layout; an operand in another layout gets a [`Conversion`] right before the op. A `dot`'s
+//! operands: an mma accumulator of the same layout that is exactly the A operand is taken in
+//! registers ([`ConversionKind::AccumulatorAsA`]); any other operand is staged once into a
+//! swizzled shared tile right after its definition ([`ConversionKind::Stage`],
+//! `SwizzledShared::for_mma_operand`) and read with `ldmatrix` by each `dot`
+//! ([`ConversionKind::Ldmatrix`]); a `trans` that only dots read is a view of its operand's tile.
 //!
 //! Instructions are numbered in pre-order (an op, then the ops of its regions, `yield`s
 //! included), the order in which the printer and the lowering visit them.
@@ -16,16 +23,36 @@
 use std::collections::BTreeMap;
 
 use kiln_dsl::ir::{Inst, Kernel, Op, Region, Value};
-use kiln_dsl::types::{Elem, Type};
+use kiln_dsl::passes::for_each_operand;
+use kiln_dsl::types::{DType, Elem, Type};
 
-use super::{BlockedLayout, Layout};
+use super::mma::{K_WIDTH, MmaV2, Operand};
+use super::swizzle::SwizzledShared;
+use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, SharedLayout};
 use crate::{CodegenError, CompileOptions, Stage};
 
-/// An operand converted to another layout right before the op that uses it.
+/// A value moved into another layout (or into shared memory) at an instruction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Conversion {
     pub value: Value,
     pub to: Layout,
+    pub kind: ConversionKind,
+}
+
+/// How a [`Conversion`] moves its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConversionKind {
+    /// Registers to registers of another distributed layout, through shared memory, right
+    /// before the op that uses the operand.
+    ThroughShared,
+    /// Registers into a swizzled shared tile (`to` is [`Layout::Shared`]) right after the value
+    /// is defined; `ldmatrix` reads it for every `dot` that uses it, directly or through `trans`.
+    Stage,
+    /// A shared tile (`from`) into a dot operand's registers, by `ldmatrix`, inside the `dot`.
+    Ldmatrix { from: Layout },
+    /// An mma accumulator (rounded to 16 bits) as the A operand of the next mma: register pairs
+    /// of the accumulator are the operand's registers, no data moves (FlashAttention-2's `P @ V`).
+    AccumulatorAsA,
 }
 
 /// The layout stage's output: a layout for every tile value of a kernel, and the conversions.
@@ -49,6 +76,22 @@ impl LayoutAssignment {
         self.conversions
             .get(&inst_index)
             .map_or(&[], |c| c.as_slice())
+    }
+
+    /// Every conversion, in instruction order.
+    pub fn all_conversions(&self) -> impl Iterator<Item = &Conversion> {
+        self.conversions.values().flatten()
+    }
+
+    /// How operand `value` of the `dot` at `inst_index` reaches its registers.
+    pub fn dot_operand(&self, inst_index: usize, value: Value) -> Option<&Conversion> {
+        self.conversions_at(inst_index).iter().find(|c| {
+            c.value == value
+                && matches!(
+                    c.kind,
+                    ConversionKind::Ldmatrix { .. } | ConversionKind::AccumulatorAsA
+                )
+        })
     }
 
     /// The distinct layouts in order of first use by a value, then conversion targets: the text
@@ -103,6 +146,33 @@ enum Relation {
     ExpandDims { axis: usize },
     Reduce { axis: usize },
     Trans,
+}
+
+/// A `dot` and its operands.
+struct DotSite<'k> {
+    inst_index: usize,
+    inst: &'k Inst,
+    lhs: Value,
+    rhs: Value,
+    result: Value,
+}
+
+/// For every value a region defines (its parameters and its instructions' results), the
+/// pre-order index of the instruction after its definition in the same region: where the value
+/// is staged into shared memory, once, however often a loop reads it.
+fn staging_points(region: &Region, next: &mut usize, out: &mut [Option<usize>]) {
+    for &param in &region.params {
+        out[param.index()] = Some(*next);
+    }
+    for inst in &region.insts {
+        *next += 1;
+        for nested in nested_regions(&inst.op) {
+            staging_points(nested, next, out);
+        }
+        for &result in &inst.results {
+            out[result.index()] = Some(*next);
+        }
+    }
 }
 
 struct Edge<'k> {
@@ -162,12 +232,21 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     // The narrowest element a load or store of the class moves, by value.
     let mut access_bytes: Vec<Option<usize>> = vec![None; count];
     let mut edges: Vec<Edge<'_>> = Vec::new();
+    let mut dots: Vec<DotSite<'_>> = Vec::new();
+    let mut definitions: Vec<Option<&Op>> = vec![None; count];
+    // Uses of each value, and how many of them are `dot` operands (not accumulators).
+    let mut uses = vec![0usize; count];
+    let mut operand_uses = vec![0usize; count];
     let mut refusal: Option<CodegenError> = None;
     let mut next = 0;
     walk_insts(&kernel.body, &mut next, &mut |inst_index, inst| {
         if refusal.is_none() {
             refusal = check_inst(kernel, inst).err();
         }
+        for &result in &inst.results {
+            definitions[result.index()] = Some(&inst.op);
+        }
+        for_each_operand(&inst.op, |v| uses[v.index()] += 1);
         let mut tie = |values: &[Value]| {
             let tiles: Vec<Value> = values
                 .iter()
@@ -250,6 +329,18 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 input: *value,
                 result: results[0],
             }),
+            Op::Dot { lhs, rhs, acc } => {
+                tie(&[results[0], *acc]);
+                operand_uses[lhs.index()] += 1;
+                operand_uses[rhs.index()] += 1;
+                dots.push(DotSite {
+                    inst_index,
+                    inst,
+                    lhs: *lhs,
+                    rhs: *rhs,
+                    result: results[0],
+                });
+            }
             _ => {}
         }
     });
@@ -280,9 +371,29 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         Layout::Blocked(BlockedLayout::coalesced(shape, bytes, options.num_warps))
     };
     let mut class_layout: BTreeMap<usize, Layout> = BTreeMap::new();
+    // A dot's result and accumulator (and all that is tied to them: the loop-carried
+    // accumulator, the scores and their elementwise math) get the mma accumulator layout.
+    for dot in &dots {
+        let root = classes.find(dot.result.index());
+        let shape = kernel.ty(dot.result).shape();
+        let mma = match class_layout.get(&root) {
+            Some(Layout::Mma(mma)) => mma.as_v2(),
+            _ => {
+                let widest = &widest[&root];
+                let mma = MmaV2::choose([widest[0], widest[1]], options.num_warps)
+                    .map_err(|m| unsupported(dot.inst, format!("no mma layout fits: {m}")))?;
+                class_layout.insert(root, Layout::Mma(MmaLayout::v2(mma)));
+                mma
+            }
+        };
+        mma.check_acc_shape([shape[0], shape[1]])
+            .map_err(|m| unsupported(dot.inst, m))?;
+    }
     for (&root, shape) in &widest {
         if shape.len() >= 2 {
-            class_layout.insert(root, coalesced(root, shape));
+            class_layout
+                .entry(root)
+                .or_insert_with(|| coalesced(root, shape));
         }
     }
     // 1-D classes: the slice of the 2-D layout a reduction comes from, or that `expand_dims`
@@ -312,7 +423,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             .entry(root)
             .or_insert_with(|| coalesced(root, shape));
     }
-    let layouts: Vec<Option<Layout>> = (0..count)
+    let mut layouts: Vec<Option<Layout>> = (0..count)
         .map(|index| {
             is_tile(kernel, Value(index as u32))
                 .then(|| class_layout.get(&classes.find(index)).cloned())
@@ -321,6 +432,102 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         .collect();
 
     let mut conversions: BTreeMap<usize, Vec<Conversion>> = BTreeMap::new();
+    let mut stage_at = vec![None; count];
+    staging_points(&kernel.body, &mut 0, &mut stage_at);
+    let mut staged: BTreeMap<usize, SharedLayout> = BTreeMap::new();
+    for dot in &dots {
+        let Some(Layout::Mma(result)) = layouts[dot.result.index()].clone() else {
+            return Err(CodegenError::internal(
+                Stage::Layout,
+                "a dot result without an mma layout",
+            ));
+        };
+        for (operand, value) in [(Operand::A, dot.lhs), (Operand::B, dot.rhs)] {
+            let target = Layout::DotOperand(DotOperandLayout {
+                parent: Box::new(Layout::Mma(result.clone())),
+                op_index: operand as u8,
+                k_width: K_WIDTH as u32,
+            });
+            let shape = kernel.ty(value).shape();
+            // `P @ V`: the scores' accumulator, rounded to 16 bits, is already the A operand.
+            if let (Operand::A, Some(Layout::Mma(from))) = (operand, &layouts[value.index()])
+                && *from == result
+                && result
+                    .as_v2()
+                    .acc_as_a_operand([shape[0], shape[1]])
+                    .is_some()
+            {
+                let kind = ConversionKind::AccumulatorAsA;
+                let conversion = Conversion {
+                    value,
+                    to: target,
+                    kind,
+                };
+                conversions
+                    .entry(dot.inst_index)
+                    .or_default()
+                    .push(conversion);
+                continue;
+            }
+            // Everything else reads a swizzled shared copy with `ldmatrix`; a `trans` that only
+            // dots read is a view of its operand's copy.
+            let (source, transposed) = match definitions[value.index()] {
+                Some(Op::Trans { value: input })
+                    if uses[value.index()] == operand_uses[value.index()] =>
+                {
+                    (*input, true)
+                }
+                _ => (value, false),
+            };
+            let Some(source_layout) = layouts[source.index()].clone() else {
+                return Err(unsupported(dot.inst, "expected tile operands"));
+            };
+            let shared = match staged.get(&source.index()) {
+                Some(shared) => shared.clone(),
+                None => {
+                    let Some(at) = stage_at[source.index()] else {
+                        return Err(CodegenError::internal(
+                            Stage::Layout,
+                            format!("no place to stage %{}", source.0),
+                        ));
+                    };
+                    let source_shape = kernel.ty(source).shape();
+                    let contiguous = match &source_layout {
+                        Layout::Blocked(blocked) => blocked.order[0],
+                        _ => 1,
+                    };
+                    let tile = SwizzledShared::for_mma_operand(
+                        kernel.dtype(source).size_bytes(),
+                        [source_shape[0], source_shape[1]],
+                        [contiguous, 1 - contiguous],
+                    );
+                    let shared = SharedLayout::from_swizzled(&tile);
+                    conversions.entry(at).or_default().push(Conversion {
+                        value: source,
+                        to: Layout::Shared(shared.clone()),
+                        kind: ConversionKind::Stage,
+                    });
+                    staged.insert(source.index(), shared.clone());
+                    shared
+                }
+            };
+            let from = if transposed {
+                let view = Layout::Shared(shared.transposed());
+                layouts[value.index()] = Some(view.clone());
+                view
+            } else {
+                Layout::Shared(shared)
+            };
+            conversions
+                .entry(dot.inst_index)
+                .or_default()
+                .push(Conversion {
+                    value,
+                    to: target,
+                    kind: ConversionKind::Ldmatrix { from },
+                });
+        }
+    }
     for edge in &edges {
         let (Some(input), result) = (
             layouts[edge.input.index()].as_ref(),
@@ -341,6 +548,8 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 }
             },
             (Relation::Reduce { .. }, None) => continue, // to a scalar: any layout reduces
+            // `trans` of a tile staged for a dot: a view of the same shared memory.
+            (Relation::Trans, Some(Layout::Shared(_))) => continue,
             (Relation::Trans, Some(Layout::Blocked(result))) => {
                 Layout::Blocked(result.transposed())
             }
@@ -361,6 +570,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 .push(Conversion {
                     value: edge.input,
                     to: wanted,
+                    kind: ConversionKind::ThroughShared,
                 });
         }
     }
@@ -382,13 +592,17 @@ fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {
     }
 }
 
-/// Refuses what no layout covers yet: `dot`, and tiles of more than two dimensions.
+/// Refuses what no layout covers yet: `dot` of other than 16-bit floats (`mma.sync` takes
+/// f16 and bf16), and tiles of more than two dimensions.
 fn check_inst(kernel: &Kernel, inst: &Inst) -> Result<(), CodegenError> {
-    if let Op::Dot { .. } = inst.op {
-        return Err(unsupported(
-            inst,
-            "`dot` needs the mma and dot-operand layouts, not assigned yet",
-        ));
+    if let Op::Dot { lhs, .. } = inst.op {
+        let dtype = kernel.dtype(lhs);
+        if !matches!(dtype, DType::F16 | DType::BF16) {
+            return Err(unsupported(
+                inst,
+                format!("expected f16 or bf16 operands (mma.sync m16n8k16), got {dtype}"),
+            ));
+        }
     }
     for &result in &inst.results {
         let ty = kernel.ty(result);

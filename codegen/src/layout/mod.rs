@@ -10,11 +10,15 @@
 //! - [`DotOperandLayout`]: an A or B operand of that instruction;
 //! - [`SharedLayout`]: a swizzled tile in shared memory.
 //!
-//! Blocked and slice layouts are assigned today ([`assign`]), with explicit conversions between
-//! them where an op needs its operand in another layout; mma, dot-operand and shared layouts are
-//! here so that the type is the one the tensor-core work will fill in. [`ThreadMap`] is the one
-//! description of where a layout puts each element: the thread-program lowering computes it from
-//! thread ids, tests compute it on the CPU.
+//! [`assign`] gives every value one of them: a `dot`'s result, accumulator and all that is tied
+//! to them the mma layout, their row statistics its slices, other tiles the coalescing blocked
+//! layout; operands of a `dot` are staged into swizzled shared memory after their definition
+//! and read as dot operands with `ldmatrix` (a `trans` of a staged tile is a view of it), except
+//! an earlier `dot`'s accumulator that is already the A operand (FlashAttention-2's `P @ V`);
+//! other mismatches are explicit conversions through shared memory. [`ThreadMap`] is the one
+//! description of where a distributed layout (blocked, slice, mma) puts each element: the
+//! thread-program lowering computes it from thread ids, tests compute it on the CPU; the mma
+//! layout's comes from [`mma`]'s fragment maps, through [`linear_terms`].
 
 mod assign;
 pub mod mma;
@@ -23,7 +27,7 @@ mod text;
 
 use std::fmt;
 
-pub use assign::{Conversion, LayoutAssignment, assign, walk_insts};
+pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.
 pub const THREADS_PER_WARP: u32 = 32;
@@ -66,13 +70,15 @@ impl Layout {
         })
     }
 
-    /// Where this layout puts the elements of a tile of `shape`; `None` for the kinds whose
-    /// positions are not lowered yet (mma, dot operands) and for shared memory.
+    /// Where this layout puts the elements of a tile of `shape`; `None` for the kinds that hold
+    /// no tile values in registers: dot operands (which only the `dot` lowering builds, one
+    /// instruction's fragment at a time) and shared memory.
     pub fn thread_map(&self, shape: &[usize]) -> Option<ThreadMap> {
         match self {
             Layout::Blocked(blocked) if blocked.rank() == shape.len() => {
                 Some(blocked.thread_map(shape))
             }
+            Layout::Mma(mma) => mma.thread_map(shape),
             Layout::Slice(slice) if slice.dim <= shape.len() => {
                 let mut parent_shape = shape.to_vec();
                 parent_shape.insert(slice.dim, 1);
@@ -399,6 +405,77 @@ impl ThreadMap {
     }
 }
 
+/// The thread-dependent part of a position that is linear in the bits of the lane and warp ids,
+/// `f(warp, lane)` per dimension (as every fragment map of [`mma`] is), as [`Term`]s: one probe
+/// per id bit, adjacent bits that double the same dimension's step merged into one field. Bits
+/// that move nothing are returned as replica fields (threads that hold copies). Checked against
+/// `f` for every thread, so a map that is not linear is an error, not a wrong layout.
+pub fn linear_terms(
+    rank: usize,
+    num_warps: u32,
+    f: &dyn Fn(u32, u32) -> Vec<usize>,
+) -> Result<(Vec<Vec<Term>>, Vec<IdField>), String> {
+    let origin = f(0, 0);
+    let mut bases: Vec<Vec<Term>> = vec![Vec::new(); rank];
+    let mut replicas = Vec::new();
+    for (id, bits) in [
+        (Id::Lane, THREADS_PER_WARP.trailing_zeros()),
+        (Id::Warp, num_warps.trailing_zeros()),
+    ] {
+        for bit in 0..bits {
+            let probe = match id {
+                Id::Lane => f(0, 1 << bit),
+                Id::Warp => f(1 << bit, 0),
+            };
+            let moved: Vec<usize> = (0..rank).filter(|&d| probe[d] != origin[d]).collect();
+            let single = IdField {
+                id,
+                shift: bit,
+                bits: 1,
+            };
+            match moved.as_slice() {
+                [] => replicas.push(single),
+                &[d] if probe[d] > origin[d] => {
+                    let scale = (probe[d] - origin[d]) as u32;
+                    let terms = &mut bases[d];
+                    match terms.last_mut() {
+                        // The next bit of the same field, twice the step: widen the field.
+                        Some(last)
+                            if last.field.id == id
+                                && last.field.shift + last.field.bits == bit
+                                && last.scale << last.field.bits == scale =>
+                        {
+                            last.field.bits += 1
+                        }
+                        _ => terms.push(Term {
+                            field: single,
+                            scale,
+                        }),
+                    }
+                }
+                _ => return Err(format!("{id:?} bit {bit} moves {origin:?} to {probe:?}")),
+            }
+        }
+    }
+    for warp in 0..num_warps {
+        for lane in 0..THREADS_PER_WARP {
+            let linear: Vec<usize> = (0..rank)
+                .map(|d| {
+                    origin[d]
+                        + bases[d]
+                            .iter()
+                            .map(|t| (t.field.of(warp, lane) * t.scale) as usize)
+                            .sum::<usize>()
+                })
+                .collect();
+            if linear != f(warp, lane) {
+                return Err(format!("not linear at warp {warp}, lane {lane}"));
+            }
+        }
+    }
+    Ok((bases, replicas))
+}
+
 /// Every index of a box of `extents`, with the dimensions in `slow_to_fast` order of variation.
 fn multi_index(slow_to_fast: &[usize], extents: &[usize]) -> Vec<Vec<usize>> {
     let mut all = vec![vec![0; extents.len()]];
@@ -467,6 +544,50 @@ pub struct MmaLayout {
     pub instr_shape: Vec<u32>,
 }
 
+impl MmaLayout {
+    /// The layout of an [`mma::MmaV2`] accumulator.
+    pub fn v2(mma: mma::MmaV2) -> MmaLayout {
+        MmaLayout {
+            version: MmaVersion::V2,
+            warps_per_cta: mma.warps_per_cta.to_vec(),
+            instr_shape: vec![mma::MMA_M as u32, mma::MMA_N as u32],
+        }
+    }
+
+    /// The fragment maps of this layout.
+    pub fn as_v2(&self) -> mma::MmaV2 {
+        mma::MmaV2::new(self.warps_per_cta[0], self.warps_per_cta[1])
+    }
+
+    /// Where the accumulator layout puts a tile of `shape`, from [`mma::MmaV2`]'s maps. A
+    /// dimension smaller than the CTA tile (a `[1, n]` or `[m, 1]` operand of a broadcast, in
+    /// the same class as the accumulator) wraps: its extent is the CTA tile's, and the threads
+    /// past it hold copies.
+    pub fn thread_map(&self, shape: &[usize]) -> Option<ThreadMap> {
+        let &[rows, cols] = shape else {
+            return None;
+        };
+        let mma = self.as_v2();
+        let tile = mma.cta_tile();
+        let padded = [rows.max(tile[0]), cols.max(tile[1])];
+        mma.check_acc_shape(padded).ok()?;
+        let (bases, replicas) = linear_terms(2, mma.num_warps(), &|warp, lane| {
+            mma.acc_thread_base(warp, lane).to_vec()
+        })
+        .ok()?;
+        debug_assert!(replicas.is_empty(), "every thread holds its own fragment");
+        Some(ThreadMap {
+            shape: shape.to_vec(),
+            bases,
+            extents: padded.to_vec(),
+            registers: (0..mma.acc_registers(padded))
+                .map(|r| mma.acc_register_offset(padded, r).to_vec())
+                .collect(),
+            replicas,
+        })
+    }
+}
+
 impl fmt::Display for MmaLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let version = match self.version {
@@ -511,6 +632,37 @@ pub struct SharedLayout {
     pub max_phase: u32,
     /// Dimensions from fastest varying (contiguous) to slowest.
     pub order: Vec<usize>,
+}
+
+impl SharedLayout {
+    /// The layout of a [`swizzle::SwizzledShared`] tile.
+    pub fn from_swizzled(tile: &swizzle::SwizzledShared) -> SharedLayout {
+        SharedLayout {
+            vec: tile.vec as u32,
+            per_phase: tile.per_phase as u32,
+            max_phase: tile.max_phase as u32,
+            order: tile.order.to_vec(),
+        }
+    }
+
+    /// Element offsets of a tile of `shape` in this layout.
+    pub fn swizzled(&self, shape: [usize; 2]) -> swizzle::SwizzledShared {
+        swizzle::SwizzledShared::new(
+            self.vec as usize,
+            self.per_phase as usize,
+            self.max_phase as usize,
+            [self.order[0], self.order[1]],
+            shape,
+        )
+    }
+
+    /// The same tile seen transposed (`trans` of a tile in shared memory moves nothing).
+    pub fn transposed(&self) -> SharedLayout {
+        SharedLayout {
+            order: self.order.iter().map(|&d| 1 - d).collect(),
+            ..self.clone()
+        }
+    }
 }
 
 impl fmt::Display for SharedLayout {

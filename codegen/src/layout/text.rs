@@ -1,11 +1,13 @@
 //! The layout stage's text form: the layouts as aliases (`#blocked = #blocked<{..}>`, then
 //! `#blocked1`, ..), then kiln-dsl's IR text with the alias after each tile result's type
 //! (`%offs.5 = add %3, %4 : i32[1024] #blocked`), and a `convert_layout` line before each op
-//! that takes an operand in another layout, so that a golden test shows every decision.
+//! that takes an operand in another layout (a staging into shared memory sits before the
+//! instruction after the value's definition), so that a golden test shows every decision. A
+//! `dot` that takes an accumulator as its A operand in registers says so after its line.
 
 use kiln_dsl::ir::{Inst, Kernel, Region, Value};
 
-use super::{Layout, LayoutAssignment};
+use super::{ConversionKind, Layout, LayoutAssignment};
 use crate::{CodegenError, Stage};
 
 impl LayoutAssignment {
@@ -44,11 +46,24 @@ impl LayoutAssignment {
             ));
         }
         for (line, inst) in lines.iter().zip(insts) {
+            let mut in_registers = Vec::new();
             if let Some((index, _)) = inst {
                 let indent = &line[..line.len() - line.trim_start().len()];
                 for conversion in self.conversions_at(index) {
                     let value = conversion.value;
-                    let from = self.layout(value).map_or("?".to_string(), &alias);
+                    let from = match &conversion.kind {
+                        ConversionKind::AccumulatorAsA => {
+                            in_registers.push(format!(
+                                "{} {} is {} in registers",
+                                value_name(kernel, value),
+                                self.layout(value).map_or("?".to_string(), &alias),
+                                alias(&conversion.to)
+                            ));
+                            continue;
+                        }
+                        ConversionKind::Ldmatrix { from } => alias(from),
+                        _ => self.layout(value).map_or("?".to_string(), &alias),
+                    };
                     out.push_str(&format!(
                         "{indent}convert_layout {} : {} {from} -> {}\n",
                         value_name(kernel, value),
@@ -63,6 +78,13 @@ impl LayoutAssignment {
                 }
                 _ => line.to_string(),
             });
+            // The FlashAttention-2 identity: no conversion at all, said where it happens.
+            if !in_registers.is_empty() {
+                out.push_str(&format!(
+                    "  // {}: no data movement",
+                    in_registers.join(", ")
+                ));
+            }
             out.push('\n');
         }
         Ok(out)

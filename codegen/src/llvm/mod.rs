@@ -5,8 +5,9 @@
 //! emulator runs the same program this module emits. What is left here is LLVM's spelling:
 //! registers become SSA values, `for` a loop with phis, `if` a diamond, a predicated load or
 //! store a branch around the access (a masked-off lane never touches memory, even
-//! speculatively), shared memory a static `addrspace(3)` array, and the approximate math the
-//! NVVM intrinsics (or inline PTX where LLVM has none).
+//! speculatively), shared memory an `addrspace(3)` array (static, or dynamic above 48 KiB),
+//! the approximate math, `ldmatrix` and `mma.sync` the NVVM intrinsics (or inline PTX where LLVM
+//! has none).
 
 mod control;
 mod ops;
@@ -49,11 +50,20 @@ pub fn lower<'ctx>(
         None,
     );
     annotate_kernel(context, &module, function, program.threads_per_block)?;
+    // Above 48 KiB a block's shared memory must be dynamic: an external array of no size,
+    // which the launch sizes.
     let shared = (program.shared_bytes > 0).then(|| {
-        let array = context.i8_type().array_type(program.shared_bytes);
+        let dynamic = program.dynamic_shared_bytes() > 0;
+        let array = context
+            .i8_type()
+            .array_type(if dynamic { 0 } else { program.shared_bytes });
         let global = module.add_global(array, Some(AddressSpace::from(SHARED)), "kiln_shared");
-        global.set_linkage(Linkage::Internal);
-        global.set_initializer(&array.get_undef());
+        if dynamic {
+            global.set_linkage(Linkage::External);
+        } else {
+            global.set_linkage(Linkage::Internal);
+            global.set_initializer(&array.get_undef());
+        }
         global.set_alignment(16);
         global
     });
@@ -136,6 +146,28 @@ impl<'ctx> Translation<'_, 'ctx> {
             .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
     }
 
+    /// Calls the intrinsic `name` through a declaration of its type: for the NVVM intrinsics
+    /// inkwell's lookup table lacks (`ldmatrix`, `mma`), which LLVM recognises by name and the
+    /// verifier checks against their signatures.
+    fn call_declared(
+        &self,
+        name: &str,
+        returns: BasicTypeEnum<'ctx>,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let declaration = self.module.get_function(name).unwrap_or_else(|| {
+            let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
+            self.module
+                .add_function(name, returns.fn_type(&params, false), None)
+        });
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        self.builder
+            .build_call(declaration, &args, "")?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
+    }
+
     /// Calls an intrinsic that returns nothing (`llvm.nvvm.barrier0`).
     fn call_intrinsic_void(&self, name: &str) -> Result<()> {
         let declaration = inkwell::intrinsics::Intrinsic::find(name)
@@ -179,13 +211,17 @@ fn llvm_type(context: &Context, ty: Type) -> BasicTypeEnum<'_> {
         Type::F16 => context.f16_type().into(),
         Type::BF16 => context.bf16_type().into(),
         Type::F32 => context.f32_type().as_basic_type_enum(),
+        Type::F16x2 => context.f16_type().vec_type(2).into(),
+        Type::BF16x2 => context.bf16_type().vec_type(2).into(),
         Type::Ptr(Space::Global) => context.ptr_type(AddressSpace::from(GLOBAL)).into(),
         Type::Ptr(Space::Shared) => context.ptr_type(AddressSpace::from(SHARED)).into(),
     }
 }
 
 /// Marks `function` as a kernel entry (`.entry`) with at most `threads` threads per block
-/// (`.maxntid`, which lets ptxas budget registers for exactly that block size).
+/// (`.maxntid`, which lets ptxas budget registers for exactly that block size), of which one
+/// block per SM must fit (`.minnctapersm 1`: without it ptxas aims at an occupancy of its own
+/// choosing and spills to reach it, e.g. at 64 registers for 256 threads).
 fn annotate_kernel<'ctx>(
     context: &'ctx Context,
     module: &Module<'ctx>,
@@ -194,7 +230,7 @@ fn annotate_kernel<'ctx>(
 ) -> Result<()> {
     let i32_type = context.i32_type();
     let function_ref = function.as_global_value().as_pointer_value();
-    for (key, value) in [("kernel", 1), ("maxntidx", threads)] {
+    for (key, value) in [("kernel", 1), ("maxntidx", threads), ("minctasm", 1)] {
         let node = context.metadata_node(&[
             function_ref.into(),
             context.metadata_string(key).into(),

@@ -1,5 +1,6 @@
 //! One thread-program instruction at a time, into LLVM IR.
 
+use inkwell::types::BasicTypeEnum;
 use inkwell::values::BasicValueEnum;
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -43,6 +44,48 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Store { ptr, value, pred } => return self.store(*ptr, *value, *pred),
+            Op::StoreVector { ptr, values } => {
+                let elem = self.ty(values[0]);
+                let vector_type = match elem {
+                    BasicTypeEnum::FloatType(t) => t.vec_type(values.len() as u32),
+                    BasicTypeEnum::IntType(t) => t.vec_type(values.len() as u32),
+                    _ => {
+                        return Err(CodegenError::internal(
+                            Stage::Llir,
+                            "a vector store of neither ints nor floats",
+                        ));
+                    }
+                };
+                let i32_type = self.context.i32_type();
+                let mut vector = vector_type.get_poison();
+                for (i, &value) in values.iter().enumerate() {
+                    let index = i32_type.const_int(i as u64, false);
+                    vector =
+                        self.builder
+                            .build_insert_element(vector, self.value(value)?, index, "")?;
+                }
+                let address = self.value(*ptr)?.into_pointer_value();
+                let store = self.builder.build_store(address, vector)?;
+                let bytes = self.program.ty(values[0]).bytes() * values.len() as u32;
+                store
+                    .set_alignment(bytes)
+                    .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+                return Ok(());
+            }
+            Op::Ldmatrix { ptr, count, trans } => {
+                let values = self.ldmatrix(*ptr, *count, *trans, inst)?;
+                for (&r, v) in inst.results.iter().zip(values) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
+            Op::Mma { a, b, c } => {
+                let values = self.mma(a, b, c)?;
+                for (&r, v) in inst.results.iter().zip(values) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
             Op::Barrier => return self.call_intrinsic_void("llvm.nvvm.barrier0"),
             Op::Yield(_) => {
                 return Err(CodegenError::internal(
@@ -224,10 +267,101 @@ impl<'ctx> Translation<'_, 'ctx> {
                     ],
                 )?
             }
-            Op::For { .. } | Op::If { .. } | Op::Store { .. } | Op::Barrier | Op::Yield(_) => {
+            Op::Pack { lo, hi } => {
+                let vector = ty.into_vector_type();
+                let i32_type = self.context.i32_type();
+                let mut packed = vector.get_poison();
+                for (i, half) in [lo, hi].into_iter().enumerate() {
+                    let index = i32_type.const_int(i as u64, false);
+                    packed = b.build_insert_element(packed, self.value(*half)?, index, "")?;
+                }
+                packed.into()
+            }
+            Op::For { .. }
+            | Op::If { .. }
+            | Op::Store { .. }
+            | Op::StoreVector { .. }
+            | Op::Barrier
+            | Op::Yield(_)
+            | Op::Ldmatrix { .. }
+            | Op::Mma { .. } => {
                 return Err(CodegenError::internal(Stage::Llir, "not a value op"));
             }
         })
+    }
+
+    /// `llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{.trans}.b16`, its i32 results as the
+    /// results' 16-bit pairs.
+    fn ldmatrix(
+        &self,
+        ptr: crate::thread::Reg,
+        count: u8,
+        trans: bool,
+        inst: &Inst,
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        // Overloaded on the pointer: `.p3`, a shared-memory pointer.
+        let name = format!(
+            "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{}.b16.p3",
+            if trans { ".trans" } else { "" }
+        );
+        let i32_type = self.context.i32_type();
+        let words_type: BasicTypeEnum<'ctx> = match count {
+            1 => i32_type.into(),
+            n => self
+                .context
+                .struct_type(&vec![i32_type.into(); n as usize], false)
+                .into(),
+        };
+        let ptr_value = self.value(ptr)?;
+        let loaded = self.call_declared(&name, words_type, &[ptr_value])?;
+        let words: Vec<BasicValueEnum<'ctx>> = match loaded {
+            BasicValueEnum::StructValue(s) => (0..count as u32)
+                .map(|i| self.builder.build_extract_value(s, i, ""))
+                .collect::<std::result::Result<_, _>>()?,
+            word => vec![word],
+        };
+        words
+            .into_iter()
+            .zip(&inst.results)
+            .map(|(word, &r)| Ok(self.builder.build_bit_cast(word, self.ty(r), "")?))
+            .collect()
+    }
+
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`: LLVM's f16 intrinsic
+    /// takes `<2 x half>` operands, its bf16 one `i32`s.
+    fn mma(
+        &self,
+        a: &[crate::thread::Reg],
+        b: &[crate::thread::Reg],
+        c: &[crate::thread::Reg],
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        let bf16 = self.program.ty(a[0]) == crate::thread::Type::BF16x2;
+        let i32_type = self.context.i32_type();
+        let mut args = Vec::new();
+        for &r in a.iter().chain(b) {
+            let value = self.value(r)?;
+            args.push(if bf16 {
+                self.builder.build_bit_cast(value, i32_type, "")?
+            } else {
+                value
+            });
+        }
+        for &r in c {
+            args.push(self.value(r)?);
+        }
+        let name = if bf16 {
+            "llvm.nvvm.mma.m16n8k16.row.col.bf16"
+        } else {
+            "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
+        };
+        let f32_type = self.context.f32_type();
+        let d_type = self.context.struct_type(&[f32_type.into(); 4], false);
+        let d = self
+            .call_declared(name, d_type.into(), &args)?
+            .into_struct_value();
+        (0..c.len() as u32)
+            .map(|i| Ok(self.builder.build_extract_value(d, i, "")?))
+            .collect()
     }
 
     /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`.

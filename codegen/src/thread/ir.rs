@@ -13,6 +13,10 @@ pub enum Type {
     F16,
     BF16,
     F32,
+    /// Two f16 in 32 bits (`.f16x2`), the lower `k` in the low half: an mma operand register.
+    F16x2,
+    /// Two bf16 in 32 bits.
+    BF16x2,
     Ptr(Space),
 }
 
@@ -23,7 +27,7 @@ impl Type {
             Type::I1 => 1,
             Type::I8 => 8,
             Type::I16 | Type::F16 | Type::BF16 => 16,
-            Type::I32 | Type::F32 => 32,
+            Type::I32 | Type::F32 | Type::F16x2 | Type::BF16x2 => 32,
             Type::I64 | Type::Ptr(_) => 64,
         }
     }
@@ -47,6 +51,8 @@ impl Type {
             Type::F16 => "f16",
             Type::BF16 => "bf16",
             Type::F32 => "f32",
+            Type::F16x2 => "f16x2",
+            Type::BF16x2 => "bf16x2",
             Type::Ptr(Space::Global) => "ptr.global",
             Type::Ptr(Space::Shared) => "ptr.shared",
         }
@@ -233,6 +239,12 @@ pub enum Op {
         value: Reg,
         pred: Option<Reg>,
     },
+    /// Writes `values` (2, 4 or 8 of one type) to consecutive elements at `ptr`, one vector
+    /// access (`st.shared.v4.b32` for eight 16-bit values); `ptr` is aligned to the vector.
+    StoreVector {
+        ptr: Reg,
+        values: Vec<Reg>,
+    },
     /// `bar.sync 0`: every thread of the block waits here; shared-memory writes before it are
     /// visible to reads after it.
     Barrier,
@@ -260,6 +272,27 @@ pub enum Op {
     },
     /// Ends a `for` body or an `if` branch; its operands become the op's results.
     Yield(Vec<Reg>),
+    /// Two 16-bit floats in one register (`mov.b32 {lo, hi}`): `lo` in the low half.
+    Pack {
+        lo: Reg,
+        hi: Reg,
+    },
+    /// `ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16`: the warp's lanes `8 j .. 8 j
+    /// + 7` give the 16-byte rows of matrix `j` at `ptr`; result `j` is this lane's fragment
+    /// of matrix `j` (`layout::mma::ldmatrix_source`), a 16-bit pair.
+    Ldmatrix {
+        ptr: Reg,
+        count: u8,
+        trans: bool,
+    },
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32` over the warp: `a` (4
+    /// pairs), `b` (2 pairs) and `c` (4 f32) are this lane's fragments (`layout::mma`); the 4
+    /// results are its fragment of `d = a * b + c`.
+    Mma {
+        a: Vec<Reg>,
+        b: Vec<Reg>,
+        c: Vec<Reg>,
+    },
 }
 
 /// An op with its results and, where it came from a tile op, that op's DSL source position.
@@ -289,15 +322,30 @@ pub struct Program {
     pub name: &'static str,
     pub params: Vec<Param>,
     pub threads_per_block: u32,
-    /// The block's shared memory, in bytes (static; at most 48 KiB).
+    /// The block's shared memory, in bytes: static up to 48 KiB, dynamic above
+    /// ([`Program::dynamic_shared_bytes`]).
     pub shared_bytes: u32,
     /// The type of every register, by [`Reg`].
     pub types: Vec<Type>,
     pub body: Block,
 }
 
+/// Shared memory a block may use without opting into the dynamic carve-out.
+pub const MAX_STATIC_SHARED_BYTES: u32 = 48 * 1024;
+
 impl Program {
     pub fn ty(&self, reg: Reg) -> Type {
         self.types[reg.index()]
+    }
+
+    /// The dynamic shared memory a launch must give (and opt into with
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): the program's shared memory when it
+    /// is above the 48 KiB a static allocation may have, else 0.
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        if self.shared_bytes > MAX_STATIC_SHARED_BYTES {
+            self.shared_bytes
+        } else {
+            0
+        }
     }
 }

@@ -16,18 +16,22 @@
 //!   op's operands and result share one type; a bool is `i1` in registers and `i8` in memory.
 //! - Control flow is uniform: `for` bounds and `if` conditions are the same in every thread of a
 //!   block, so no thread diverges (masks are predicates on loads and stores, never branches).
-//! - Shared memory is one block-wide array of [`Program::shared_bytes`]; every use stores, waits
-//!   at a barrier, loads, and waits again before the next use.
+//! - Shared memory is one block-wide array of [`Program::shared_bytes`]. Tiles staged for `dot`
+//!   come first, one region each, live as long as the kernel; above them, the scratch of layout
+//!   conversions and cross-warp reductions, each of which stores, waits at a barrier, loads, and
+//!   waits again. Writes to a staged tile wait at a barrier for the reads before them, and reads
+//!   for the writes (the lowering tracks both, conservatively across loops and branches).
+//! - `ldmatrix` and `mma.sync` are warp-wide: every lane of the warp runs them together, as
+//!   every instruction here (control flow is uniform).
 //!
-//! `ldmatrix`, `mma.sync` and `cp.async` join [`Op`] with the tensor-core step, as ops on
-//! registers and shared-memory addresses like the ones here.
+//! `cp.async` joins [`Op`] with software pipelining.
 
 mod ir;
 pub mod lower;
 mod text;
 
 pub use ir::{
-    Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Param, Program, Reg,
-    ShuffleMode, Space, Special, Type,
+    Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, MAX_STATIC_SHARED_BYTES, Math,
+    Op, Param, Program, Reg, ShuffleMode, Space, Special, Type,
 };
 pub use lower::lower;

@@ -124,6 +124,9 @@ fn op_text(op: &Op) -> String {
             }
             s
         }
+        Op::StoreVector { ptr, values } => {
+            format!("st.v{} {}, {{{}}}", values.len(), reg(*ptr), regs(values))
+        }
         Op::Barrier => "bar.sync 0".to_string(),
         Op::Shuffle { mode, value, lane } => format!(
             "shfl.sync.{} {}, {}",
@@ -159,6 +162,18 @@ fn op_text(op: &Op) -> String {
         }
         Op::If { cond, .. } => format!("if {}", reg(*cond)),
         Op::Yield(values) => format!("yield {}", regs(values)),
+        Op::Pack { lo, hi } => format!("mov.b32 {{{}, {}}}", reg(*lo), reg(*hi)),
+        Op::Ldmatrix { ptr, count, trans } => format!(
+            "ldmatrix.x{count}{} {}",
+            if *trans { ".trans" } else { "" },
+            reg(*ptr)
+        ),
+        Op::Mma { a, b, c } => format!(
+            "mma.m16n8k16 {{{}}}, {{{}}}, {{{}}}",
+            regs(a),
+            regs(b),
+            regs(c)
+        ),
     }
 }
 

@@ -526,3 +526,45 @@ fn odd_b_repetitions_use_x2_and_still_compose() {
         }
     }
 }
+
+/// The mma layout's thread map (what the lowering and the emulator use for accumulators and
+/// their elementwise math) puts every register where `MmaV2::acc_position` says, for every
+/// arrangement of warps; a `[1, n]` or `[m, 1]` tile of the same class wraps onto row or
+/// column 0, owned once.
+#[test]
+fn the_mma_thread_map_is_the_accumulator_map() {
+    use kiln_codegen::layout::{Layout, MmaLayout};
+    for shape in [[64, 64], [128, 64], [64, 128], [128, 256]] {
+        for mma in layouts_for(shape) {
+            let layout = MmaLayout::v2(mma);
+            let map = layout.thread_map(&shape).unwrap();
+            assert_eq!(map.registers.len(), mma.acc_registers(shape));
+            for warp in 0..mma.num_warps() {
+                for lane in LANES {
+                    for reg in 0..map.registers.len() {
+                        let position = map.position(warp, lane, reg);
+                        assert!(position.owner);
+                        assert_eq!(
+                            position.coords,
+                            mma.acc_position(shape, warp, lane, reg).to_vec(),
+                            "{mma:?} {shape:?} warp {warp} lane {lane} reg {reg}"
+                        );
+                    }
+                }
+            }
+            for narrow in [[1, shape[1]], [shape[0], 1]] {
+                let map = Layout::Mma(layout.clone()).thread_map(&narrow).unwrap();
+                let mut owners = vec![0; narrow[0] * narrow[1]];
+                for warp in 0..mma.num_warps() {
+                    for lane in LANES {
+                        for reg in 0..map.registers.len() {
+                            let p = map.position(warp, lane, reg);
+                            owners[p.coords[0] * narrow[1] + p.coords[1]] += p.owner as usize;
+                        }
+                    }
+                }
+                assert!(owners.iter().all(|&n| n == 1), "{mma:?} {narrow:?}");
+            }
+        }
+    }
+}

@@ -5,7 +5,9 @@
 
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
-use kiln_kernels::general::{layernorm, reduce, softmax, transpose};
+use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
+use kiln_kernels::attention::{AttentionParams, Tensor, backward, block_sizes, cpu, forward};
+use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
 #[kernel]
@@ -43,6 +45,28 @@ pub fn scale_loop<T, const BLOCK: usize>(
     }
     store(out + offs, where_(acc > 1.0, acc, acc + bias), mask);
     store(flags + offs, (v < 0.0).to::<i32>() * 10 + offs % 3, mask);
+}
+
+/// `c = a @ b` and `d = a @ trans(bt)` for one `M x K` tile of `a`, with `b` stored `[K, N]` and
+/// `bt` stored `[N, K]`: both `ldmatrix` forms of the B operand, the zero accumulator of a `dot`
+/// without one, and index tiles used in two layouts (a blocked load, an mma-layout store).
+#[kernel]
+pub fn tile_dot<T, const M: usize, const N: usize, const K: usize>(
+    a: Ptr<T>,
+    b: Ptr<T>,
+    bt: Ptr<T>,
+    c: Ptr<f32>,
+    d: Ptr<f32>,
+) {
+    let rows = arange(0, M);
+    let cols = arange(0, N);
+    let depth = arange(0, K);
+    let a_tile = load(a + rows.expand_dims(1) * K + depth.expand_dims(0));
+    let b_tile = load(b + depth.expand_dims(1) * N + cols.expand_dims(0));
+    let bt_tile = load(bt + cols.expand_dims(1) * K + depth.expand_dims(0));
+    let out = rows.expand_dims(1) * N + cols.expand_dims(0);
+    store(c + out, dot(a_tile, b_tile));
+    store(d + out, dot(a_tile, trans(bt_tile)));
 }
 
 /// How close a run's outputs must be to the interpreter's.
@@ -83,6 +107,77 @@ fn spec(dtype: DType, block_m: usize, block_n: usize) -> Spec {
         .dtype("T", dtype)
         .int("BLOCK_M", block_m as i64)
         .int("BLOCK_N", block_n as i64)
+}
+
+/// The attention kernels' GPU cases: (kernel, dtype, head dim, causal).
+pub const ATTENTION_CASES: [(&str, DType, usize, bool); 7] = [
+    ("attention_fwd", DType::F16, 64, true),
+    ("attention_fwd", DType::BF16, 128, false),
+    ("attention_bwd_preprocess", DType::F16, 64, false),
+    ("attention_bwd_dq", DType::F16, 64, true),
+    ("attention_bwd_dq", DType::BF16, 128, false),
+    ("attention_bwd_dkdv", DType::F16, 64, true),
+    ("attention_bwd_dkdv", DType::BF16, 128, false),
+];
+
+/// Warps per program of each attention kernel: 4, and 8 where a program's accumulators would
+/// not fit 4 warps' registers without spilling (the forward's 128-row O at head dim 128; the
+/// dK/dV kernel's two accumulators). With warps along M only, the dQ kernel keeps its scores'
+/// accumulator as the A operand of `dS @ K` in registers.
+pub fn attention_num_warps(name: &str, head_dim: usize) -> u32 {
+    match (name, head_dim) {
+        ("attention_fwd", 128..) | ("attention_bwd_dkdv", _) => 8,
+        _ => 4,
+    }
+}
+
+/// The parameters of an attention case's runs at `seqlen_q x seqlen_k`: batch 1, 2 heads, the
+/// default scale.
+pub fn attention_params(
+    dtype: DType,
+    head_dim: usize,
+    causal: bool,
+    seqlen_q: usize,
+    seqlen_k: usize,
+) -> AttentionParams {
+    AttentionParams {
+        dtype,
+        batch: 1,
+        seqlen_q,
+        seqlen_k,
+        heads_q: 2,
+        heads_kv: 2,
+        head_dim,
+        causal,
+        softmax_scale: AttentionParams::default_scale(head_dim),
+    }
+}
+
+/// An attention kernel at the block sizes of `kiln_kernels::attention::config`.
+pub fn attention_kernel(name: &str, dtype: DType, head_dim: usize, causal: bool) -> Kernel {
+    let params = attention_params(dtype, head_dim, causal, 1, 1);
+    let blocks = block_sizes(head_dim).expect("a head dim kiln supports");
+    let built = match name {
+        "attention_fwd" => forward::attention_fwd::build(&params.forward_spec(blocks)),
+        "attention_bwd_preprocess" => {
+            backward::attention_bwd_preprocess::build(&params.preprocess_spec(blocks))
+        }
+        "attention_bwd_dq" => backward::attention_bwd_dq::build(&params.backward_spec(blocks)),
+        "attention_bwd_dkdv" => backward::attention_bwd_dkdv::build(&params.backward_spec(blocks)),
+        other => panic!("no attention kernel {other}"),
+    };
+    built.unwrap_or_else(|e| panic!("{name} builds: {e}"))
+}
+
+/// The interpreter tests' bar for an attention kernel's outputs (`attention::check`): O's for
+/// the forward, the gradients' for dQ and dK/dV; the preprocessing kernel sums in f32.
+pub fn attention_tolerance(name: &str, dtype: DType) -> Tolerance {
+    let bars = AttentionTolerance::for_dtype(dtype);
+    Tolerance::Relative(match name {
+        "attention_fwd" => bars.o,
+        "attention_bwd_preprocess" => 1e-4,
+        _ => bars.grad,
+    })
 }
 
 /// Every case, in a fixed order: the 1-D kernels at a large block (several registers per thread)
@@ -147,6 +242,50 @@ pub fn cases() -> Vec<Case> {
                 Tolerance::Exact,
             );
         }
+        for (dtype, m, n, k) in [(F16, 64, 32, 32), (BF16, 16, 64, 64)] {
+            let spec = Spec::new()
+                .dtype("T", dtype)
+                .int("M", m)
+                .int("N", n)
+                .int("K", k);
+            let kernel = tile_dot::build(&spec).expect("tile_dot builds");
+            case(
+                format!("tile_dot_{dtype}_m{m}_n{n}_k{k}"),
+                kernel,
+                reduced(F32),
+            );
+        }
+        for (dtype, bias) in [(F16, F32), (BF16, BF16)] {
+            let blocks = gemm::GemmBlocks::default();
+            let spec = Spec::new()
+                .dtype("T", dtype)
+                .dtype("B", bias)
+                .int("BLOCK_M", blocks.m as i64)
+                .int("BLOCK_N", blocks.n as i64)
+                .int("BLOCK_K", blocks.k as i64);
+            let kernel = gemm::gemm_bias_gelu::build(&spec).expect("gemm builds");
+            case(
+                format!(
+                    "gemm_{dtype}_bias_{bias}_m{}_n{}_k{}",
+                    blocks.m, blocks.n, blocks.k
+                ),
+                kernel,
+                reduced(dtype),
+            );
+        }
+    }
+    for target in TARGETS {
+        for (name, dtype, head_dim, causal) in ATTENTION_CASES {
+            let num_warps = attention_num_warps(name, head_dim);
+            let mask = if causal { "_causal" } else { "" };
+            cases.push(Case {
+                name: format!("{name}_{dtype}_d{head_dim}{mask}_w{num_warps}_{target}"),
+                kernel: attention_kernel(name, dtype, head_dim, causal),
+                num_warps,
+                target,
+                tolerance: attention_tolerance(name, dtype),
+            });
+        }
     }
     cases
 }
@@ -187,13 +326,18 @@ impl Run {
 
 /// Deterministic inputs in [-4, 4), rounded to `dtype` by the host buffer.
 pub fn inputs(dtype: DType, len: usize, seed: u64) -> HostBuffer {
+    scaled_inputs(dtype, len, seed, 1.0)
+}
+
+/// Deterministic inputs in [-4 scale, 4 scale), rounded to `dtype` by the host buffer.
+pub fn scaled_inputs(dtype: DType, len: usize, seed: u64, scale: f32) -> HostBuffer {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let values: Vec<f32> = (0..len)
         .map(|_| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
-            (state % 8192) as f32 / 1024.0 - 4.0
+            ((state % 8192) as f32 / 1024.0 - 4.0) * scale
         })
         .collect();
     HostBuffer::from_f32(dtype, &values)
@@ -356,8 +500,212 @@ pub fn runs(case: &Case) -> Vec<Run> {
                 })
                 .collect()
         }
+        "tile_dot" => {
+            let (m, n, k) = (
+                int_spec(case, "M"),
+                int_spec(case, "N"),
+                int_spec(case, "K"),
+            );
+            vec![Run {
+                label: format!("{m}x{n}x{k}"),
+                buffers: vec![
+                    inputs(dtype, m * k, 9),
+                    inputs(dtype, k * n, 10),
+                    inputs(dtype, n * k, 11),
+                    HostBuffer::poisoned(DType::F32, m * n),
+                    HostBuffer::poisoned(DType::F32, m * n),
+                ],
+                args: (0..5).map(Arg::Buffer).collect(),
+                grid: [1, 1, 1],
+            }]
+        }
+        "gemm_bias_gelu" => {
+            let (block_m, block_n) = (int_spec(case, "BLOCK_M"), int_spec(case, "BLOCK_N"));
+            let bias = case
+                .kernel
+                .spec
+                .dtype_param("B")
+                .expect("gemm has a bias dtype");
+            // Ragged in every dimension, a K shorter than one step, and exact tiles.
+            [(70usize, 45usize, 100usize), (1, 17, 5), (128, 64, 64)]
+                .into_iter()
+                .map(|(m, n, k)| {
+                    // Inputs scaled so that sums of k products stay in GELU's interesting range.
+                    let scale = 1.0 / (k as f32).sqrt();
+                    let (a_stride, b_stride, c_stride) = (k + 3, n + 5, n + 1);
+                    Run {
+                        label: format!("{m}x{n}x{k}"),
+                        buffers: vec![
+                            scaled_inputs(dtype, (m - 1) * a_stride + k, 12, scale),
+                            scaled_inputs(dtype, (k - 1) * b_stride + n, 13, 0.5),
+                            inputs(bias, n, 14),
+                            HostBuffer::poisoned(dtype, (m - 1) * c_stride + n),
+                        ],
+                        args: vec![
+                            Arg::Buffer(0),
+                            Arg::Buffer(1),
+                            Arg::Buffer(2),
+                            Arg::Buffer(3),
+                            Arg::I32(m as i32),
+                            Arg::I32(n as i32),
+                            Arg::I32(k as i32),
+                            Arg::I64(a_stride as i64),
+                            Arg::I64(b_stride as i64),
+                            Arg::I64(c_stride as i64),
+                        ],
+                        grid: [programs(m, block_m), programs(n, block_n), 1],
+                    }
+                })
+                .collect()
+        }
+        name if name.starts_with("attention_") => attention_runs(case, dtype),
         other => panic!("no runs for kernel {other}"),
     }
+}
+
+fn flag_spec(case: &Case, name: &str) -> bool {
+    matches!(case.kernel.spec.get(name), Some(SpecValue::Bool(true)))
+}
+
+/// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70), padded
+/// strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in [-4, 4)).
+/// The backward kernels get the interpreter's forward outputs (O, LSE) and `delta = rowsum(dO O)`.
+fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
+    let name = case.kernel.name();
+    let head_dim = int_spec(case, "HEAD_DIM");
+    let causal = flag_spec(case, "CAUSAL");
+    let blocks = block_sizes(head_dim).expect("a head dim kiln supports");
+    [(70usize, 45usize), (45, 70)]
+        .into_iter()
+        .map(|(seqlen_q, seqlen_k)| {
+            let p = attention_params(dtype, head_dim, causal, seqlen_q, seqlen_k);
+            let ql = LayoutKind::Padded.layout(seqlen_q, p.heads_q, head_dim);
+            let kl = LayoutKind::Padded.layout(seqlen_k, p.heads_kv, head_dim);
+            let q_len = ql
+                .required_len("q", 1, seqlen_q, p.heads_q, head_dim)
+                .unwrap();
+            let k_len = kl
+                .required_len("k", 1, seqlen_k, p.heads_kv, head_dim)
+                .unwrap();
+            let q = scaled_inputs(dtype, q_len, 21, 0.25);
+            let k = scaled_inputs(dtype, k_len, 22, 0.25);
+            let v = scaled_inputs(dtype, k_len, 23, 0.25);
+            let d_o = inputs(dtype, q_len, 24);
+            let rows = p.lse_len();
+            let strides = |l: kiln_kernels::attention::Layout| {
+                [
+                    Arg::I64(l.batch_stride),
+                    Arg::I64(l.seq_stride),
+                    Arg::I64(l.head_stride),
+                ]
+            };
+            let label = format!("{seqlen_q}x{seqlen_k}");
+            let programs_q = |block: usize| seqlen_q.div_ceil(block) as u32;
+            let heads = (p.batch * p.heads_q) as u32;
+            let sizes = [
+                Arg::I32(seqlen_q as i32),
+                Arg::I32(seqlen_k as i32),
+                Arg::I32(p.heads_q as i32),
+                Arg::I32(p.group() as i32),
+            ];
+            let scale = Arg::F32(p.softmax_scale);
+            if name == "attention_fwd" {
+                let mut args: Vec<Arg> = (0..5).map(Arg::Buffer).collect();
+                args.extend(sizes);
+                for l in [ql, kl, kl, ql] {
+                    args.extend(strides(l));
+                }
+                args.push(scale);
+                return Run {
+                    label,
+                    buffers: vec![
+                        q,
+                        k,
+                        v,
+                        HostBuffer::poisoned(dtype, q_len),
+                        HostBuffer::poisoned(DType::F32, rows),
+                    ],
+                    args,
+                    grid: [programs_q(blocks.fwd_block_m), heads, 1],
+                };
+            }
+            // The forward's outputs on the interpreter, and delta from them.
+            let o = HostBuffer::poisoned(dtype, q_len);
+            let lse = HostBuffer::poisoned(DType::F32, rows);
+            cpu::forward(
+                &p,
+                Tensor::new(&q, ql),
+                Tensor::new(&k, kl),
+                Tensor::new(&v, kl),
+                Tensor::new(&o, ql),
+                &lse,
+            )
+            .expect("the interpreter runs the forward");
+            if name == "attention_bwd_preprocess" {
+                let mut args = vec![Arg::Buffer(0), Arg::Buffer(1), Arg::Buffer(2)];
+                args.extend([sizes[0], sizes[2]]);
+                args.extend(strides(ql));
+                args.extend(strides(ql));
+                return Run {
+                    label,
+                    buffers: vec![o, d_o, HostBuffer::poisoned(DType::F32, rows)],
+                    args,
+                    grid: [programs_q(blocks.preprocess_block_m), heads, 1],
+                };
+            }
+            let delta = HostBuffer::zeros(DType::F32, rows);
+            for head in 0..p.heads_q {
+                for row in 0..seqlen_q {
+                    let at = |d: usize| {
+                        (row as i64 * ql.seq_stride + head as i64 * ql.head_stride) as usize + d
+                    };
+                    let sum: f32 = (0..head_dim)
+                        .map(|d| o.read_float(at(d)) * d_o.read_float(at(d)))
+                        .sum();
+                    delta.write_float(head * seqlen_q + row, sum);
+                }
+            }
+            if name == "attention_bwd_dq" {
+                let mut args: Vec<Arg> = (0..7).map(Arg::Buffer).collect();
+                args.extend(sizes);
+                for l in [ql, kl, kl, ql, ql] {
+                    args.extend(strides(l));
+                }
+                args.push(scale);
+                return Run {
+                    label,
+                    buffers: vec![q, k, v, d_o, HostBuffer::poisoned(dtype, q_len), lse, delta],
+                    args,
+                    grid: [programs_q(blocks.bwd_block_m), heads, 1],
+                };
+            }
+            let mut args: Vec<Arg> = (0..8).map(Arg::Buffer).collect();
+            args.extend([sizes[0], sizes[1], Arg::I32(p.heads_kv as i32), sizes[3]]);
+            for l in [ql, kl, kl, ql, kl, kl] {
+                args.extend(strides(l));
+            }
+            args.push(scale);
+            Run {
+                label,
+                buffers: vec![
+                    q,
+                    k,
+                    v,
+                    d_o,
+                    HostBuffer::poisoned(dtype, k_len),
+                    HostBuffer::poisoned(dtype, k_len),
+                    lse,
+                    delta,
+                ],
+                args,
+                grid: [
+                    seqlen_k.div_ceil(blocks.bwd_block_n) as u32,
+                    (p.batch * p.heads_kv) as u32,
+                    1,
+                ],
+            }
+        })
+        .collect()
 }
 
 /// What comparing one run's outputs with the interpreter's found.

@@ -1,9 +1,11 @@
 //! Structured control flow: a tile `for` or `if` becomes the thread program's, with one carried
 //! register (or result) per register of each carried tile. Bounds and conditions are scalars,
-//! the same in every thread.
+//! the same in every thread. Accesses to staged tiles pending at a barrier are joined
+//! conservatively: anything may be pending at a loop's head and after it.
 
 use kiln_dsl::ir::{Region, Value};
 
+use super::dot::Pending;
 use super::{Lowering, Result};
 use crate::thread::ir::{Block, Inst, Op, Reg};
 
@@ -53,7 +55,10 @@ impl Lowering<'_> {
         for (&param, regs) in body.params[1..].iter().zip(&params) {
             self.bind(param, regs.clone());
         }
+        // Staged tiles: the body may follow its own last iteration, and the loop may not run.
+        self.pending = Pending::unknown();
         let (body, _) = self.nested_block(body)?;
+        self.pending = Pending::unknown();
         let results = self.fresh(&init);
         self.push(Inst {
             results: results.iter().flatten().copied().collect(),
@@ -79,8 +84,12 @@ impl Lowering<'_> {
     ) -> Result<Vec<Vec<Reg>>> {
         let loc = self.loc;
         let cond = self.reg(cond)?;
+        let before = self.pending;
         let (then_block, yielded) = self.nested_block(then_region)?;
+        let after_then = std::mem::replace(&mut self.pending, before);
         let (else_block, _) = self.nested_block(else_region)?;
+        self.pending.reads |= after_then.reads;
+        self.pending.writes |= after_then.writes;
         let results = self.fresh(&yielded);
         self.push(Inst {
             results: results.iter().flatten().copied().collect(),

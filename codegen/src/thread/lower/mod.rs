@@ -6,10 +6,12 @@
 //! lane and warp fields of every layout are hoisted to the program's entry, the per-register
 //! offsets added where they are used. One module per kind of op:
 //! [`arith`] (elementwise), [`memory`] (pointers, loads, stores, block pointers), [`movement`]
-//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), [`control`].
+//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), [`dot`] (tiles
+//! staged in shared memory, `ldmatrix`, `mma.sync`), [`control`].
 
 mod arith;
 mod control;
+mod dot;
 mod memory;
 mod movement;
 
@@ -20,13 +22,13 @@ use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
 use kiln_dsl::types::{DType, Elem, Type as TileType};
 
 use super::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Param, Program, Reg, Special, Type};
-use crate::layout::{Id, IdField, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap};
+use crate::layout::{
+    ConversionKind, Id, IdField, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap,
+};
 use crate::{CodegenError, CompileOptions, Stage};
+use dot::SharedTile;
 
 type Result<T> = std::result::Result<T, CodegenError>;
-
-/// Shared memory a block may use without opting into the dynamic carve-out.
-const MAX_STATIC_SHARED_BYTES: u32 = 48 * 1024;
 
 /// Lowers `kernel` with its `layouts` to the program one thread of a block runs.
 pub fn lower(
@@ -34,6 +36,7 @@ pub fn lower(
     layouts: &LayoutAssignment,
     options: &CompileOptions,
 ) -> Result<Program> {
+    let staged_bytes = dot::staged_bytes(kernel, layouts);
     let mut lowering = Lowering {
         kernel,
         layouts,
@@ -42,11 +45,17 @@ pub fn lower(
         blocks: vec![Vec::new()],
         values: vec![None; kernel.values.len()],
         next_inst: 0,
+        current_inst: 0,
         loc: None,
         converted: Vec::new(),
         fields: HashMap::new(),
         tid: Reg(0),
-        shared_bytes: 0,
+        shared_bytes: staged_bytes,
+        max_shared_bytes: options.target.max_shared_bytes(),
+        scratch: staged_bytes,
+        next_staged: 0,
+        shared_tiles: HashMap::new(),
+        pending: dot::Pending::default(),
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -95,6 +104,8 @@ pub(super) struct Lowering<'a> {
     values: Vec<Option<Vec<Reg>>>,
     /// The pre-order index of the next tile instruction (the layout stage's numbering).
     next_inst: usize,
+    /// The pre-order index of the tile instruction being lowered.
+    current_inst: usize,
     /// The tile op being lowered: its location goes on every instruction it makes.
     loc: Option<Loc>,
     /// The operands of the current op converted to another layout: (value, layout, registers).
@@ -102,7 +113,18 @@ pub(super) struct Lowering<'a> {
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,
     tid: Reg,
+    /// The shared memory the program uses so far (staged tiles, then scratch).
     shared_bytes: u32,
+    /// What the target lets a block have.
+    max_shared_bytes: u32,
+    /// Where conversions and cross-warp reductions keep their scratch: above the staged tiles.
+    scratch: u32,
+    /// The byte offset of the next staged tile.
+    next_staged: u32,
+    /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
+    shared_tiles: HashMap<Value, SharedTile>,
+    /// Staged-tile accesses since the last barrier.
+    pending: dot::Pending,
 }
 
 impl Lowering<'_> {
@@ -308,17 +330,42 @@ impl Lowering<'_> {
         }
     }
 
+    /// Makes room for `bytes` of scratch (from [`Self::scratch_base`]).
     pub(super) fn reserve_shared(&mut self, inst: &TileInst, bytes: u32) -> Result<()> {
-        if bytes > MAX_STATIC_SHARED_BYTES {
+        let end = self.scratch + bytes;
+        if end > self.max_shared_bytes {
             return Err(unsupported(
                 inst,
                 format!(
-                    "expected at most {MAX_STATIC_SHARED_BYTES} bytes of shared memory, needs {bytes}"
+                    "expected at most {} bytes of shared memory, needs {end}",
+                    self.max_shared_bytes
                 ),
             ));
         }
-        self.shared_bytes = self.shared_bytes.max(bytes);
+        self.shared_bytes = self.shared_bytes.max(end);
         Ok(())
+    }
+
+    /// Where scratch starts: above every staged tile.
+    pub(super) fn scratch_base(&self) -> u32 {
+        self.scratch
+    }
+
+    /// `bar.sync 0`; nothing staged is pending after it.
+    pub(super) fn barrier(&mut self) {
+        self.emit_effect(Op::Barrier);
+        self.pending = dot::Pending::default();
+    }
+
+    /// Emits an instruction with several results, of `types`.
+    pub(super) fn emit_multi(&mut self, op: Op, types: &[Type]) -> Vec<Reg> {
+        let results: Vec<Reg> = types.iter().map(|&ty| self.new_reg(ty)).collect();
+        self.push(Inst {
+            results: results.clone(),
+            op,
+            loc: self.loc,
+        });
+        results
     }
 
     /// Lowers a region's instructions; returns the registers of the values its `yield` names.
@@ -326,12 +373,20 @@ impl Lowering<'_> {
         for inst in &region.insts {
             let index = self.next_inst;
             self.next_inst += 1;
+            self.current_inst = index;
             self.loc = Some(inst.loc);
             self.converted.clear();
             for conversion in self.layouts.conversions_at(index) {
-                let regs = self.convert(inst, conversion.value, &conversion.to)?;
-                self.converted
-                    .push((conversion.value, conversion.to.clone(), regs));
+                match &conversion.kind {
+                    ConversionKind::ThroughShared => {
+                        let regs = self.convert(inst, conversion.value, &conversion.to)?;
+                        self.converted
+                            .push((conversion.value, conversion.to.clone(), regs));
+                    }
+                    ConversionKind::Stage => self.stage(inst, conversion.value, &conversion.to)?,
+                    // The `dot` reads its operands itself, one k step at a time.
+                    ConversionKind::Ldmatrix { .. } | ConversionKind::AccumulatorAsA => {}
+                }
             }
             if let TileOp::Yield { values } = &inst.op {
                 return values.iter().map(|&v| self.regs(v)).collect();
@@ -365,7 +420,13 @@ impl Lowering<'_> {
             }
             TileOp::Broadcast { value } => one(self.broadcast(inst, *value)?),
             TileOp::ExpandDims { value, axis } => one(self.expand_dims(inst, *value, *axis)?),
-            TileOp::Trans { value } => one(self.trans(inst, *value)?),
+            TileOp::Trans { value } => match self.layouts.layout(inst.results[0]) {
+                Some(Layout::Shared(_)) => {
+                    self.transposed_view(inst, *value)?;
+                    one(Vec::new())
+                }
+                _ => one(self.trans(inst, *value)?),
+            },
             TileOp::Cast { value } => one(self.cast(inst, *value)?),
             TileOp::Unary { op, value } => one(self.unary(inst, *op, *value)?),
             TileOp::Binary { op, lhs, rhs } => one(self.binary(inst, *op, *lhs, *rhs)?),
@@ -418,10 +479,7 @@ impl Lowering<'_> {
                 Stage::Thread,
                 "a yield that does not end its region",
             )),
-            TileOp::Dot { .. } => Err(unsupported(
-                inst,
-                "`dot` is not lowered yet (mma.sync and ldmatrix come next)",
-            )),
+            TileOp::Dot { lhs, rhs, acc } => one(self.dot(inst, *lhs, *rhs, *acc)?),
         }
     }
 

@@ -119,7 +119,7 @@ impl Lowering<'_> {
     }
 
     /// A pointer to element `index` (i32) of `elem`s from byte `base` of shared memory.
-    fn shared_slot(&mut self, base: u32, index: Reg, elem: Type) -> Reg {
+    pub(super) fn shared_slot(&mut self, base: u32, index: Reg, elem: Type) -> Reg {
         let start = self.emit(Op::SharedAddress { offset: base }, Type::Ptr(Space::Shared));
         self.emit(
             Op::PtrAdd {
@@ -202,17 +202,17 @@ impl Lowering<'_> {
         self.reserve_shared(inst, count as u32 * elem.bytes())?;
         for (position, &reg) in self.positions(&from).into_iter().zip(&regs) {
             let index = self.linear_index(&position.coords, &shape);
-            let slot = self.shared_slot(0, index, elem);
+            let slot = self.shared_slot(self.scratch_base(), index, elem);
             self.shared_store(slot, reg, position.owner);
         }
-        self.emit_effect(Op::Barrier);
+        self.barrier();
         let mut out = Vec::new();
         for position in self.positions(&to) {
             let index = self.linear_index(&position.coords, &shape);
-            let slot = self.shared_slot(0, index, elem);
+            let slot = self.shared_slot(self.scratch_base(), index, elem);
             out.push(self.shared_load(slot, ty));
         }
-        self.emit_effect(Op::Barrier);
+        self.barrier();
         Ok(out)
     }
 
@@ -352,17 +352,17 @@ impl Lowering<'_> {
             for (position, &partial) in positions.iter().zip(&partials) {
                 let index = self.linear_index(&position.coords, &slice_shape);
                 let at = self.int(IntOp::Add, slot_start, index);
-                let slot = self.shared_slot(0, at, elem);
+                let slot = self.shared_slot(self.scratch_base(), at, elem);
                 self.shared_store(slot, partial, position.owner);
                 indices.push(index);
             }
-            self.emit_effect(Op::Barrier);
+            self.barrier();
             for (partial, &index) in partials.iter_mut().zip(&indices) {
                 let mut acc: Option<Reg> = None;
                 for w in 0..distinct {
                     let start = self.i32_const((w * elements) as i64);
                     let at = self.int(IntOp::Add, start, index);
-                    let slot = self.shared_slot(0, at, elem);
+                    let slot = self.shared_slot(self.scratch_base(), at, elem);
                     let x = self.shared_load(slot, ty);
                     acc = Some(match acc {
                         Some(a) => self.combine(op, ty, a, x),
@@ -371,7 +371,7 @@ impl Lowering<'_> {
                 }
                 *partial = acc.unwrap_or(*partial);
             }
-            self.emit_effect(Op::Barrier);
+            self.barrier();
         }
 
         Ok(partials

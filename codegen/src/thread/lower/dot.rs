@@ -1,0 +1,393 @@
+//! `dot` on tensor cores: operands staged in swizzled shared memory, read into fragments with
+//! `ldmatrix`, multiplied with `mma.sync.m16n8k16`; and the accumulator of one `dot` taken as
+//! the A operand of the next without moving it. Every fragment position comes from
+//! [`crate::layout::mma`], every shared-memory offset from [`crate::layout::swizzle`]'s layout.
+//!
+//! A `dot` runs k step by k step: each step loads just the fragments it needs (`ldmatrix` on
+//! first use), then runs the step's `reps_m x reps_n` instructions, so that only one step's
+//! operand fragments are live at a time.
+
+use kiln_dsl::ir::{Inst as TileInst, Kernel, Value};
+
+use super::{Lowering, Result, unsupported};
+use crate::layout::mma::{
+    A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, a_register_from_acc,
+};
+use crate::layout::swizzle::SwizzledShared;
+use crate::layout::{ConversionKind, Layout, LayoutAssignment, ThreadMap, linear_terms};
+use crate::thread::ir::{IntOp, Op, Reg, Type};
+use crate::{CodegenError, Stage};
+
+/// A tile in shared memory: where it starts (bytes) and how its elements are laid out.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SharedTile {
+    offset: u32,
+    layout: SwizzledShared,
+    /// The 16-bit element type.
+    elem: Type,
+}
+
+impl SharedTile {
+    /// The same bytes seen as the transposed tile.
+    fn transposed(&self) -> SharedTile {
+        let l = &self.layout;
+        SharedTile {
+            layout: SwizzledShared::new(
+                l.vec,
+                l.per_phase,
+                l.max_phase,
+                [l.order[1], l.order[0]],
+                [l.shape[1], l.shape[0]],
+            ),
+            ..*self
+        }
+    }
+}
+
+/// Accesses to staged tiles since the last barrier: a write must wait for the reads before it,
+/// a read for the writes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Pending {
+    pub reads: bool,
+    pub writes: bool,
+}
+
+impl Pending {
+    /// What may be pending where control flow joins, or at a loop's head: anything.
+    pub fn unknown() -> Pending {
+        Pending {
+            reads: true,
+            writes: true,
+        }
+    }
+}
+
+/// Staged tiles are aligned to 128 bytes: one pass over the 32 banks.
+const TILE_ALIGN: u32 = 128;
+
+fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
+    let shape = kernel.ty(value).shape();
+    let elems: usize = shape.iter().product();
+    (elems * kernel.dtype(value).size_bytes()) as u32
+}
+
+/// The bytes every staged tile of the kernel takes, together (the scratch goes above).
+pub(super) fn staged_bytes(kernel: &Kernel, layouts: &LayoutAssignment) -> u32 {
+    layouts
+        .all_conversions()
+        .filter(|c| c.kind == ConversionKind::Stage)
+        .map(|c| tile_bytes(kernel, c.value).next_multiple_of(TILE_ALIGN))
+        .sum()
+}
+
+/// How many consecutive registers of `map` one vector store can write to `layout` (1: none):
+/// every thread holds each element once (no copies, no wrapping), its registers come in runs
+/// along the contiguous dimension, and every thread's run starts on a multiple of the run
+/// within one swizzled vector (so the run stays contiguous in shared memory, 16 bytes at most).
+fn vector_run(map: &ThreadMap, layout: &SwizzledShared) -> usize {
+    let contiguous = layout.order[0];
+    if !map.replicas.is_empty() || (0..map.rank()).any(|d| map.wraps(d)) {
+        return 1;
+    }
+    let mut run = layout.vec.min(8);
+    while run > 1 {
+        let aligned_bases = map.bases[contiguous]
+            .iter()
+            .all(|t| (t.scale as usize).is_multiple_of(run));
+        let runs = map.registers.chunks(run).all(|chunk| {
+            chunk.len() == run
+                && chunk[0][contiguous].is_multiple_of(run)
+                && chunk.iter().enumerate().all(|(i, r)| {
+                    (0..map.rank()).all(|d| {
+                        let expected = chunk[0][d] + if d == contiguous { i } else { 0 };
+                        r[d] == expected
+                    })
+                })
+        });
+        if aligned_bases && runs {
+            return run;
+        }
+        run /= 2;
+    }
+    1
+}
+
+/// An operand's 32-bit registers, loaded from shared memory on first use.
+enum Fragments {
+    Registers(Vec<Reg>),
+    Shared {
+        tile: SharedTile,
+        loads: Vec<Ldmatrix>,
+        /// Each load's row address (a shared pointer), by load.
+        addresses: Vec<Reg>,
+        regs: Vec<Option<Reg>>,
+    },
+}
+
+impl Lowering<'_> {
+    fn packed_type(&self, inst: &TileInst, elem: Type) -> Result<Type> {
+        match elem {
+            Type::F16 => Ok(Type::F16x2),
+            Type::BF16 => Ok(Type::BF16x2),
+            other => Err(unsupported(
+                inst,
+                format!("expected f16 or bf16 mma operands, got {}", other.name()),
+            )),
+        }
+    }
+
+    /// `value` (in registers) into a new swizzled tile of shared memory: each owner stores its
+    /// elements where `layout` puts them, after a barrier if staged tiles were read since the
+    /// last one.
+    pub(super) fn stage(&mut self, inst: &TileInst, value: Value, layout: &Layout) -> Result<()> {
+        let Layout::Shared(shared) = layout else {
+            return Err(CodegenError::internal(
+                Stage::Thread,
+                "a staging into a distributed layout",
+            ));
+        };
+        let shape = self.shape(value);
+        let tile_layout = shared.swizzled([shape[0], shape[1]]);
+        let regs = self.regs(value)?;
+        let map = self
+            .value_map(inst, value)?
+            .ok_or_else(|| unsupported(inst, "expected a tile to stage"))?;
+        let elem = self.ty(regs[0]);
+        self.packed_type(inst, elem)?;
+        let tile = SharedTile {
+            offset: self.next_staged,
+            layout: tile_layout,
+            elem,
+        };
+        self.next_staged += tile_bytes(self.kernel, value).next_multiple_of(TILE_ALIGN);
+        if self.pending.reads {
+            self.barrier();
+        }
+        let run = vector_run(&map, &tile.layout);
+        let positions = self.positions(&map);
+        let mut i = 0;
+        while i < regs.len() {
+            let index = self.swizzled_index(&tile.layout, &positions[i].coords);
+            let slot = self.shared_slot(tile.offset, index, elem);
+            if run > 1 && map.registers[i][tile.layout.order[0]] % run == 0 {
+                self.emit_effect(Op::StoreVector {
+                    ptr: slot,
+                    values: regs[i..i + run].to_vec(),
+                });
+                i += run;
+            } else {
+                self.emit_effect(Op::Store {
+                    ptr: slot,
+                    value: regs[i],
+                    pred: positions[i].owner,
+                });
+                i += 1;
+            }
+        }
+        self.pending.writes = true;
+        self.shared_tiles.insert(value, tile);
+        Ok(())
+    }
+
+    /// `trans` of a staged tile: the same shared memory, seen transposed.
+    pub(super) fn transposed_view(&mut self, inst: &TileInst, value: Value) -> Result<()> {
+        let tile = self.shared_tiles.get(&value).copied().ok_or_else(|| {
+            CodegenError::internal(
+                Stage::Thread,
+                format!("`trans` of %{}, which is not in shared memory", value.0),
+            )
+        })?;
+        self.shared_tiles.insert(inst.results[0], tile.transposed());
+        Ok(())
+    }
+
+    /// The element index (i32) of `coords` in a swizzled tile: [`SwizzledShared::offset`] in
+    /// registers.
+    fn swizzled_index(&mut self, layout: &SwizzledShared, coords: &[Reg]) -> Reg {
+        let (row, col) = (coords[layout.order[1]], coords[layout.order[0]]);
+        let log2 = |v: usize| v.trailing_zeros() as i64;
+        let per_phase = self.i32_const(log2(layout.per_phase));
+        let phase_mask = self.i32_const(layout.max_phase as i64 - 1);
+        let vec_shift = self.i32_const(log2(layout.vec));
+        let vec_mask = self.i32_const(layout.vec as i64 - 1);
+        let row_len = self.i32_const(layout.row_len() as i64);
+        let phase_row = self.int(IntOp::LShr, row, per_phase);
+        let phase = self.int(IntOp::And, phase_row, phase_mask);
+        let chunk = self.int(IntOp::LShr, col, vec_shift);
+        let swizzled = self.int(IntOp::Xor, chunk, phase);
+        let chunk_start = self.int(IntOp::Shl, swizzled, vec_shift);
+        let within = self.int(IntOp::And, col, vec_mask);
+        let row_start = self.int(IntOp::Mul, row, row_len);
+        let in_row = self.int(IntOp::Add, chunk_start, within);
+        self.int(IntOp::Add, row_start, in_row)
+    }
+
+    /// How the `dot` at hand gets operand `op` (`value`, of logical `shape`).
+    fn fragments(
+        &mut self,
+        inst: &TileInst,
+        mma: MmaV2,
+        op: Operand,
+        value: Value,
+        shape: [usize; 2],
+    ) -> Result<Fragments> {
+        let conversion = self
+            .layouts
+            .dot_operand(self.current_inst, value)
+            .ok_or_else(|| {
+                CodegenError::internal(Stage::Thread, "a dot operand without its conversion")
+            })?;
+        if conversion.kind == ConversionKind::AccumulatorAsA {
+            let regs = self.regs(value)?;
+            let elem = self.ty(regs[0]);
+            let packed = self.packed_type(inst, elem)?;
+            let count = mma.operand_registers(op, shape);
+            return Ok(Fragments::Registers(
+                (0..count)
+                    .map(|r| {
+                        let (lo, hi) = a_register_from_acc(r);
+                        self.emit(
+                            Op::Pack {
+                                lo: regs[lo],
+                                hi: regs[hi],
+                            },
+                            packed,
+                        )
+                    })
+                    .collect(),
+            ));
+        }
+        let tile = self.shared_tiles.get(&value).copied().ok_or_else(|| {
+            CodegenError::internal(
+                Stage::Thread,
+                format!("dot operand %{} is not in shared memory", value.0),
+            )
+        })?;
+        let order = tile.layout.order;
+        let loads = mma.ldmatrix_loads(op, shape, order, 0);
+        // Each load's row address: the warp's part (the operand's thread base at lane 0), the
+        // lane's (its row within the load's matrices), and the load's first origin.
+        let (warp_terms, _) = linear_terms(2, mma.num_warps(), &|warp, _| {
+            mma.operand_thread_base(op, warp, 0).to_vec()
+        })
+        .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
+        let mut addresses = Vec::new();
+        for load in &loads {
+            let (lane_terms, _) = linear_terms(2, 1, &|_, lane| load.lane_offset(lane).to_vec())
+                .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
+            let map = ThreadMap {
+                shape: shape.to_vec(),
+                bases: (0..2)
+                    .map(|d| [warp_terms[d].clone(), lane_terms[d].clone()].concat())
+                    .collect(),
+                extents: shape.to_vec(),
+                registers: vec![load.origins[0].to_vec()],
+                replicas: Vec::new(),
+            };
+            let position = self.positions(&map).remove(0);
+            let index = self.swizzled_index(&tile.layout, &position.coords);
+            addresses.push(self.shared_slot(tile.offset, index, tile.elem));
+        }
+        Ok(Fragments::Shared {
+            tile,
+            loads,
+            addresses,
+            regs: vec![None; mma.operand_registers(op, shape)],
+        })
+    }
+
+    /// Operand register `reg`, loading its `ldmatrix` (after a barrier if staged tiles were
+    /// written since the last one) on first use.
+    fn fragment(&mut self, inst: &TileInst, fragments: &mut Fragments, reg: usize) -> Result<Reg> {
+        match fragments {
+            Fragments::Registers(regs) => Ok(regs[reg]),
+            Fragments::Shared {
+                tile,
+                loads,
+                addresses,
+                regs,
+            } => {
+                if let Some(loaded) = regs[reg] {
+                    return Ok(loaded);
+                }
+                let which = loads
+                    .iter()
+                    .position(|l| l.dest.contains(&reg))
+                    .ok_or_else(|| {
+                        CodegenError::internal(Stage::Thread, "an operand register no load fills")
+                    })?;
+                if self.pending.writes {
+                    self.barrier();
+                }
+                let load = &loads[which];
+                let packed = self.packed_type(inst, tile.elem)?;
+                let results = self.emit_multi(
+                    Op::Ldmatrix {
+                        ptr: addresses[which],
+                        count: load.num() as u8,
+                        trans: load.trans,
+                    },
+                    &vec![packed; load.num()],
+                );
+                self.pending.reads = true;
+                for (&dest, result) in load.dest.iter().zip(results) {
+                    regs[dest] = Some(result);
+                }
+                regs[reg].ok_or_else(|| {
+                    CodegenError::internal(Stage::Thread, "ldmatrix left its register empty")
+                })
+            }
+        }
+    }
+
+    /// `lhs [M, K] @ rhs [K, N] + acc`, in the result's mma layout.
+    pub(super) fn dot(
+        &mut self,
+        inst: &TileInst,
+        lhs: Value,
+        rhs: Value,
+        acc: Value,
+    ) -> Result<Vec<Reg>> {
+        let Some(Layout::Mma(layout)) = self.layouts.layout(inst.results[0]) else {
+            return Err(unsupported(inst, "expected an mma accumulator layout"));
+        };
+        let mma = layout.as_v2();
+        let (a_shape, b_shape) = (self.shape(lhs), self.shape(rhs));
+        let (a_shape, b_shape) = ([a_shape[0], a_shape[1]], [b_shape[0], b_shape[1]]);
+        for (op, shape) in [(Operand::A, a_shape), (Operand::B, b_shape)] {
+            mma.check_operand_shape(op, shape)
+                .map_err(|m| unsupported(inst, m))?;
+        }
+        let mut out = self.regs(acc)?;
+        let mut a = self.fragments(inst, mma, Operand::A, lhs, a_shape)?;
+        let mut b = self.fragments(inst, mma, Operand::B, rhs, b_shape)?;
+        let [reps_m, reps_k] = mma.operand_reps(Operand::A, a_shape);
+        let reps_n = mma.operand_reps(Operand::B, b_shape)[1];
+        for rep_k in 0..reps_k {
+            for rep_m in 0..reps_m {
+                for rep_n in 0..reps_n {
+                    let a_first = (rep_m * reps_k + rep_k) * A_REGS_PER_MMA;
+                    let b_first = (rep_n * reps_k + rep_k) * B_REGS_PER_MMA;
+                    let c_first = (rep_m * reps_n + rep_n) * ACC_REGS_PER_MMA;
+                    let a_regs = (a_first..a_first + A_REGS_PER_MMA)
+                        .map(|r| self.fragment(inst, &mut a, r))
+                        .collect::<Result<Vec<Reg>>>()?;
+                    let b_regs = (b_first..b_first + B_REGS_PER_MMA)
+                        .map(|r| self.fragment(inst, &mut b, r))
+                        .collect::<Result<Vec<Reg>>>()?;
+                    let c_regs = out[c_first..c_first + ACC_REGS_PER_MMA].to_vec();
+                    let d = self.emit_multi(
+                        Op::Mma {
+                            a: a_regs,
+                            b: b_regs,
+                            c: c_regs,
+                        },
+                        &[Type::F32; ACC_REGS_PER_MMA],
+                    );
+                    out[c_first..c_first + ACC_REGS_PER_MMA].copy_from_slice(&d);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
