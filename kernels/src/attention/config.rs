@@ -1,12 +1,16 @@
-//! Block sizes of the attention kernels, per head dim: the one table every launch reads.
+//! Block sizes and warps of the attention kernels, per head dim: the one table every launch reads.
 //!
-//! | head dim | forward BLOCK_M x BLOCK_N | backward BLOCK_M x BLOCK_N (dQ and dK/dV) |
+//! | head dim | forward BLOCK_M x BLOCK_N, warps | backward BLOCK_M x BLOCK_N (dQ and dK/dV), warps dQ / dK/dV |
 //! | --- | --- | --- |
-//! | 32, 64, 128 | 128 x 64 | 64 x 64 |
-//! | 256 | 64 x 32 | 32 x 32 |
+//! | 32, 64 | 128 x 64, 4 | 64 x 64, 4 / 8 |
+//! | 128 | 128 x 64, 8 | 64 x 64, 4 / 8 |
+//! | 256 | 64 x 32, 4 | 32 x 32, 4 / 4 |
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
-//! program's tiles in registers. The performance issue retunes these per architecture.
+//! program's tiles in registers. Warps: 8 where 4 warps' registers cannot hold the accumulators
+//! without spilling (the forward's 128-row O at head dim 128; dK/dV's two accumulators), else 4,
+//! which keeps every warp along M so that dQ's `dS @ K` takes dS from registers. Head dim 256 has
+//! not been lowered yet. The performance issue retunes these per architecture.
 
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
@@ -20,6 +24,10 @@ pub struct BlockSizes {
     pub bwd_block_n: usize,
     /// Rows per program of the backward preprocessing kernel.
     pub preprocess_block_m: usize,
+    pub fwd_num_warps: u32,
+    pub preprocess_num_warps: u32,
+    pub dq_num_warps: u32,
+    pub dkdv_num_warps: u32,
 }
 
 /// The block sizes for `head_dim`, or `None` if kiln has no attention kernel for it.
@@ -31,6 +39,10 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             bwd_block_m: 64,
             bwd_block_n: 64,
             preprocess_block_m: 64,
+            fwd_num_warps: if head_dim == 128 { 8 } else { 4 },
+            preprocess_num_warps: 4,
+            dq_num_warps: 4,
+            dkdv_num_warps: 8,
         }),
         256 => Some(BlockSizes {
             fwd_block_m: 64,
@@ -38,6 +50,10 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             bwd_block_m: 32,
             bwd_block_n: 32,
             preprocess_block_m: 64,
+            fwd_num_warps: 4,
+            preprocess_num_warps: 4,
+            dq_num_warps: 4,
+            dkdv_num_warps: 4,
         }),
         _ => None,
     }

@@ -120,14 +120,15 @@ pub const ATTENTION_CASES: [(&str, DType, usize, bool); 7] = [
     ("attention_bwd_dkdv", DType::BF16, 128, false),
 ];
 
-/// Warps per program of each attention kernel: 4, and 8 where a program's accumulators would
-/// not fit 4 warps' registers without spilling (the forward's 128-row O at head dim 128; the
-/// dK/dV kernel's two accumulators). With warps along M only, the dQ kernel keeps its scores'
-/// accumulator as the A operand of `dS @ K` in registers.
+/// Warps per program of attention kernel `name` at `head_dim`, from kiln-kernels' table.
 pub fn attention_num_warps(name: &str, head_dim: usize) -> u32 {
-    match (name, head_dim) {
-        ("attention_fwd", 128..) | ("attention_bwd_dkdv", _) => 8,
-        _ => 4,
+    let sizes = kiln_kernels::attention::block_sizes(head_dim).expect("a supported head dim");
+    match name {
+        "attention_fwd" => sizes.fwd_num_warps,
+        "attention_bwd_preprocess" => sizes.preprocess_num_warps,
+        "attention_bwd_dq" => sizes.dq_num_warps,
+        "attention_bwd_dkdv" => sizes.dkdv_num_warps,
+        other => panic!("no attention kernel `{other}`"),
     }
 }
 
