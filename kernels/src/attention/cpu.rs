@@ -1,60 +1,57 @@
-//! Attention on the CPU interpreter: the same kernels, specs and argument lists the GPU runs.
+//! Attention on the CPU interpreter: the launches of [`super::plan`], bound to host buffers.
 
 use kiln_dsl::{Grid, HostBuffer, KernelArg};
 
-use super::{AttentionError, AttentionParams, Tensor, backward, check_rows, forward};
+use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
+use super::{AttentionError, AttentionParams, Tensor, check_rows};
 
-fn strides(t: &Tensor<'_>) -> [KernelArg<'static>; 3] {
-    [
-        KernelArg::I64(t.layout.batch_stride),
-        KernelArg::I64(t.layout.seq_stride),
-        KernelArg::I64(t.layout.head_stride),
-    ]
-}
-
-fn blocks(n: usize, block: usize) -> u32 {
-    n.div_ceil(block) as u32
+/// Runs one planned launch with each role bound by `buffer`.
+fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(), AttentionError> {
+    let kernel = launch.kernel.build(&launch.spec)?;
+    let args: Vec<KernelArg<'_>> = launch
+        .args
+        .iter()
+        .map(|arg| match *arg {
+            Arg::Buffer(role) => KernelArg::Buffer(buffer(role)),
+            Arg::I32(v) => KernelArg::I32(v),
+            Arg::I64(v) => KernelArg::I64(v),
+            Arg::F32(v) => KernelArg::F32(v),
+        })
+        .collect();
+    let [x, y, z] = launch.grid;
+    kiln_dsl::run(&kernel, Grid::new(x, y, z), &args)?;
+    Ok(())
 }
 
 /// Forward: writes `o` (shaped like `q`) and the natural-log `lse` (`[batch, heads_q, seqlen_q]`).
 pub fn forward(
-    params: &AttentionParams,
+    p: &AttentionParams,
     q: Tensor<'_>,
     k: Tensor<'_>,
     v: Tensor<'_>,
     o: Tensor<'_>,
     lse: &HostBuffer,
 ) -> Result<(), AttentionError> {
-    let sizes = params.validate()?;
-    let p = params;
+    p.validate()?;
     q.check("q", p.dtype, p.seqlen_q, p.heads_q, p)?;
     k.check("k", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     v.check("v", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     o.check("o", p.dtype, p.seqlen_q, p.heads_q, p)?;
     check_rows("lse", lse, p)?;
-    let kernel = forward::attention_fwd::build(&p.forward_spec(sizes))?;
-    let mut args = vec![
-        KernelArg::Buffer(q.buffer),
-        KernelArg::Buffer(k.buffer),
-        KernelArg::Buffer(v.buffer),
-        KernelArg::Buffer(o.buffer),
-        KernelArg::Buffer(lse),
-        KernelArg::I32(p.seqlen_q as i32),
-        KernelArg::I32(p.seqlen_k as i32),
-        KernelArg::I32(p.heads_q as i32),
-        KernelArg::I32(p.group() as i32),
-    ];
-    for t in [&q, &k, &v, &o] {
-        args.extend(strides(t));
-    }
-    args.push(KernelArg::F32(p.softmax_scale));
-    let grid = Grid::new(
-        blocks(p.seqlen_q, sizes.fwd_block_m),
-        (p.batch * p.heads_q) as u32,
-        1,
-    );
-    kiln_dsl::run(&kernel, grid, &args)?;
-    Ok(())
+    let layouts = ForwardLayouts {
+        q: q.layout,
+        k: k.layout,
+        v: v.layout,
+        o: o.layout,
+    };
+    run(&plan::forward(p, &layouts)?, |role| match role {
+        Role::Q => q.buffer,
+        Role::K => k.buffer,
+        Role::V => v.buffer,
+        Role::O => o.buffer,
+        Role::Lse => lse,
+        other => unreachable!("the forward plan names no {other:?}"),
+    })
 }
 
 /// The gradients of one backward call, and the `delta` workspace (`[batch, heads_q, seqlen_q]` f32).
@@ -68,7 +65,7 @@ pub struct BackwardOutputs<'a> {
 
 /// Backward: the preprocessing kernel, then the dQ kernel and the dK/dV kernel.
 pub fn backward(
-    params: &AttentionParams,
+    p: &AttentionParams,
     q: Tensor<'_>,
     k: Tensor<'_>,
     v: Tensor<'_>,
@@ -77,8 +74,7 @@ pub fn backward(
     lse: &HostBuffer,
     out: BackwardOutputs<'_>,
 ) -> Result<(), AttentionError> {
-    let sizes = params.validate()?;
-    let p = params;
+    p.validate()?;
     q.check("q", p.dtype, p.seqlen_q, p.heads_q, p)?;
     k.check("k", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     v.check("v", p.dtype, p.seqlen_k, p.heads_kv, p)?;
@@ -89,74 +85,29 @@ pub fn backward(
     out.dv.check("dv", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     check_rows("lse", lse, p)?;
     check_rows("delta", out.delta, p)?;
-
-    let preprocess = backward::attention_bwd_preprocess::build(&p.preprocess_spec(sizes))?;
-    let mut args = vec![
-        KernelArg::Buffer(o.buffer),
-        KernelArg::Buffer(d_o.buffer),
-        KernelArg::Buffer(out.delta),
-        KernelArg::I32(p.seqlen_q as i32),
-        KernelArg::I32(p.heads_q as i32),
-    ];
-    args.extend(strides(&o));
-    args.extend(strides(&d_o));
-    let grid = Grid::new(
-        blocks(p.seqlen_q, sizes.preprocess_block_m),
-        (p.batch * p.heads_q) as u32,
-        1,
-    );
-    kiln_dsl::run(&preprocess, grid, &args)?;
-
-    let spec = p.backward_spec(sizes);
-    let dq_kernel = backward::attention_bwd_dq::build(&spec)?;
-    let mut args = vec![
-        KernelArg::Buffer(q.buffer),
-        KernelArg::Buffer(k.buffer),
-        KernelArg::Buffer(v.buffer),
-        KernelArg::Buffer(d_o.buffer),
-        KernelArg::Buffer(out.dq.buffer),
-        KernelArg::Buffer(lse),
-        KernelArg::Buffer(out.delta),
-        KernelArg::I32(p.seqlen_q as i32),
-        KernelArg::I32(p.seqlen_k as i32),
-        KernelArg::I32(p.heads_q as i32),
-        KernelArg::I32(p.group() as i32),
-    ];
-    for t in [&q, &k, &v, &d_o, &out.dq] {
-        args.extend(strides(t));
+    let layouts = BackwardLayouts {
+        q: q.layout,
+        k: k.layout,
+        v: v.layout,
+        o: o.layout,
+        d_o: d_o.layout,
+        dq: out.dq.layout,
+        dk: out.dk.layout,
+        dv: out.dv.layout,
+    };
+    for launch in plan::backward(p, &layouts)? {
+        run(&launch, |role| match role {
+            Role::Q => q.buffer,
+            Role::K => k.buffer,
+            Role::V => v.buffer,
+            Role::O => o.buffer,
+            Role::Lse => lse,
+            Role::DO => d_o.buffer,
+            Role::Dq => out.dq.buffer,
+            Role::Dk => out.dk.buffer,
+            Role::Dv => out.dv.buffer,
+            Role::Delta => out.delta,
+        })?;
     }
-    args.push(KernelArg::F32(p.softmax_scale));
-    let grid = Grid::new(
-        blocks(p.seqlen_q, sizes.bwd_block_m),
-        (p.batch * p.heads_q) as u32,
-        1,
-    );
-    kiln_dsl::run(&dq_kernel, grid, &args)?;
-
-    let dkdv_kernel = backward::attention_bwd_dkdv::build(&spec)?;
-    let mut args = vec![
-        KernelArg::Buffer(q.buffer),
-        KernelArg::Buffer(k.buffer),
-        KernelArg::Buffer(v.buffer),
-        KernelArg::Buffer(d_o.buffer),
-        KernelArg::Buffer(out.dk.buffer),
-        KernelArg::Buffer(out.dv.buffer),
-        KernelArg::Buffer(lse),
-        KernelArg::Buffer(out.delta),
-        KernelArg::I32(p.seqlen_q as i32),
-        KernelArg::I32(p.seqlen_k as i32),
-        KernelArg::I32(p.heads_kv as i32),
-        KernelArg::I32(p.group() as i32),
-    ];
-    for t in [&q, &k, &v, &d_o, &out.dk, &out.dv] {
-        args.extend(strides(t));
-    }
-    args.push(KernelArg::F32(p.softmax_scale));
-    let grid = Grid::new(
-        blocks(p.seqlen_k, sizes.bwd_block_n),
-        (p.batch * p.heads_kv) as u32,
-        1,
-    );
-    kiln_dsl::run(&dkdv_kernel, grid, &args)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod common;
 pub mod config;
 pub mod cpu;
 pub mod forward;
+pub mod plan;
 
 use std::fmt;
 
