@@ -12,8 +12,8 @@ type Result<T> = std::result::Result<T, RuntimeError>;
 /// `len` elements of `dtype` in device memory, little-endian as on the host (booleans as bytes).
 #[derive(Debug)]
 pub struct DeviceBuffer {
-    dtype: DType,
-    len: usize,
+    pub(crate) dtype: DType,
+    pub(crate) len: usize,
     pub(crate) bytes: CudaSlice<u8>,
 }
 

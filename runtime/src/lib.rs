@@ -14,8 +14,12 @@ mod buffer;
 mod device;
 mod error;
 mod launch;
+// Raw-byte transfers and event timing, for harnesses that move large tensors and time kernels.
+mod raw;
+mod timing;
 
 pub use buffer::DeviceBuffer;
 pub use device::{Device, Function, Module};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};
+pub use timing::Event;
