@@ -29,7 +29,10 @@ use std::process::ExitCode;
 
 use half::{bf16, f16};
 use kiln_dsl::{DType, Kernel};
-use kiln_kernels::attention::{AttentionParams, BlockSizes, Layout, backward, forward};
+use kiln_kernels::attention::plan::{
+    self, Arg, AttentionKernel, BackwardLayouts, ForwardLayouts, Launch, Role,
+};
+use kiln_kernels::attention::{AttentionParams, Layout};
 use kiln_runtime::{Device, DeviceBuffer, Function, LaunchArg, LaunchConfig, ParamType};
 
 type Result<T> = std::result::Result<T, String>;
@@ -97,11 +100,9 @@ struct Loaded {
 }
 
 /// The four kernels of one (dtype, head dim, causal).
+/// The loaded kernels of one specialisation of a call (forward, preprocess, dQ, dK/dV).
 struct Kernels {
-    fwd: Loaded,
-    preprocess: Loaded,
-    dq: Loaded,
-    dkdv: Loaded,
+    loaded: HashMap<AttentionKernel, Loaded>,
 }
 
 /// The name the GPU test gives an attention case (`runtime/tests/gpu/cases.rs`).
@@ -144,50 +145,53 @@ fn load(
     })
 }
 
-/// The four kernels of a call, built at its specialisations (forward, preprocess, dQ, dK/dV),
-/// each with the name of its PTX case for `target` and its warps.
-fn specialisations(p: &AttentionParams, target: &str) -> Result<[(Kernel, String, u32); 4]> {
-    let blocks = p.validate().map_err(|e| e.to_string())?;
-    let build = |built: kiln_dsl::Result<Kernel>, causal: bool, warps: u32| {
-        let kernel = built.map_err(|e| e.to_string())?;
-        let name = case_name(kernel.name(), p, causal, warps, target);
-        Ok::<_, String>((kernel, name, warps))
+/// The launches of a call with packed tensors: the forward's, then the backward's.
+fn launches(p: &AttentionParams) -> Result<Vec<Launch>> {
+    let (q, k) = (
+        Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim),
+        Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim),
+    );
+    let forward =
+        plan::forward(p, &ForwardLayouts { q, k, v: k, o: q }).map_err(|e| e.to_string())?;
+    let layouts = BackwardLayouts {
+        q,
+        k,
+        v: k,
+        o: q,
+        d_o: q,
+        dq: q,
+        dk: k,
+        dv: k,
     };
-    Ok([
-        build(
-            forward::attention_fwd::build(&p.forward_spec(blocks)),
-            p.causal,
-            blocks.fwd_num_warps,
-        )?,
-        // The preprocessing kernel has no mask: its case is named without one.
-        build(
-            backward::attention_bwd_preprocess::build(&p.preprocess_spec(blocks)),
-            false,
-            blocks.preprocess_num_warps,
-        )?,
-        build(
-            backward::attention_bwd_dq::build(&p.backward_spec(blocks)),
-            p.causal,
-            blocks.dq_num_warps,
-        )?,
-        build(
-            backward::attention_bwd_dkdv::build(&p.backward_spec(blocks)),
-            p.causal,
-            blocks.dkdv_num_warps,
-        )?,
-    ])
+    let backward = plan::backward(p, &layouts).map_err(|e| e.to_string())?;
+    Ok(std::iter::once(forward).chain(backward).collect())
+}
+
+/// Each kernel of a call built at its specialisation, with the name of its PTX case for `target`.
+fn specialisations(p: &AttentionParams, target: &str) -> Result<Vec<(Launch, Kernel, String)>> {
+    launches(p)?
+        .into_iter()
+        .map(|launch| {
+            let kernel = launch
+                .kernel
+                .build(&launch.spec)
+                .map_err(|e| e.to_string())?;
+            // The preprocessing kernel has no mask: its case is named without one.
+            let causal = p.causal && launch.kernel != AttentionKernel::Preprocess;
+            let name = case_name(kernel.name(), p, causal, launch.num_warps, target);
+            Ok((launch, kernel, name))
+        })
+        .collect()
 }
 
 impl Kernels {
     fn load(device: &Device, set: &PtxSet, target: &str, p: &AttentionParams) -> Result<Kernels> {
-        let [fwd, preprocess, dq, dkdv] = specialisations(p, target)?
-            .map(|(kernel, name, warps)| load(device, set, &kernel, &name, warps));
-        Ok(Kernels {
-            fwd: fwd?,
-            preprocess: preprocess?,
-            dq: dq?,
-            dkdv: dkdv?,
-        })
+        let mut loaded = HashMap::new();
+        for (launch, kernel, name) in specialisations(p, target)? {
+            let function = load(device, set, &kernel, &name, launch.num_warps)?;
+            loaded.insert(launch.kernel, function);
+        }
+        Ok(Kernels { loaded })
     }
 }
 
@@ -227,122 +231,50 @@ struct Tensors {
     delta: DeviceBuffer,
 }
 
-fn strides(layout: Layout) -> [LaunchArg<'static>; 3] {
-    [
-        LaunchArg::I64(layout.batch_stride),
-        LaunchArg::I64(layout.seq_stride),
-        LaunchArg::I64(layout.head_stride),
-    ]
-}
-
-fn launch(device: &Device, kernel: &Loaded, grid: [u32; 3], args: &[LaunchArg<'_>]) -> Result<()> {
-    let config = LaunchConfig::new(grid, kernel.num_warps * 32)
+/// Runs one planned launch with each role bound to this call's device buffer.
+fn run(device: &Device, kernels: &Kernels, launch: &Launch, t: &Tensors) -> Result<()> {
+    let kernel = &kernels.loaded[&launch.kernel];
+    let args: Vec<LaunchArg<'_>> = launch
+        .args
+        .iter()
+        .map(|arg| match *arg {
+            Arg::Buffer(role) => LaunchArg::Buffer(match role {
+                Role::Q => &t.q,
+                Role::K => &t.k,
+                Role::V => &t.v,
+                Role::O => &t.o,
+                Role::Lse => &t.lse,
+                Role::DO => &t.d_o,
+                Role::Dq => &t.dq,
+                Role::Dk => &t.dk,
+                Role::Dv => &t.dv,
+                Role::Delta => &t.delta,
+            }),
+            Arg::I32(v) => LaunchArg::I32(v),
+            Arg::I64(v) => LaunchArg::I64(v),
+            Arg::F32(v) => LaunchArg::F32(v),
+        })
+        .collect();
+    let config = LaunchConfig::new(launch.grid, kernel.num_warps * 32)
         .with_dynamic_shared_bytes(kernel.shared_bytes);
     // Safety: the PTX is this specialisation's kernel, whose parameters `ParamType::of_kernel`
     // lists; the buffers hold at least the elements the sizes and packed strides address, which
     // is all the kernel reads or writes (its loads and stores are masked at the sizes).
-    unsafe { device.launch(&kernel.function, config, args) }.map_err(runtime)
-}
-
-fn layouts(p: &AttentionParams) -> (Layout, Layout) {
-    (
-        Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim),
-        Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim),
-    )
+    unsafe { device.launch(&kernel.function, config, &args) }.map_err(runtime)
 }
 
 /// The forward launch: O and LSE from Q, K, V.
 fn run_forward(device: &Device, k: &Kernels, p: &AttentionParams, t: &Tensors) -> Result<()> {
-    let blocks = p.validate().map_err(|e| e.to_string())?;
-    let (ql, kl) = layouts(p);
-    let mut args = vec![
-        LaunchArg::Buffer(&t.q),
-        LaunchArg::Buffer(&t.k),
-        LaunchArg::Buffer(&t.v),
-        LaunchArg::Buffer(&t.o),
-        LaunchArg::Buffer(&t.lse),
-        LaunchArg::I32(p.seqlen_q as i32),
-        LaunchArg::I32(p.seqlen_k as i32),
-        LaunchArg::I32(p.heads_q as i32),
-        LaunchArg::I32(p.group() as i32),
-    ];
-    for layout in [ql, kl, kl, ql] {
-        args.extend(strides(layout));
-    }
-    args.push(LaunchArg::F32(p.softmax_scale));
-    let grid = [
-        p.seqlen_q.div_ceil(blocks.fwd_block_m) as u32,
-        (p.batch * p.heads_q) as u32,
-        1,
-    ];
-    launch(device, &k.fwd, grid, &args)
+    let forward = launches(p)?.swap_remove(0);
+    run(device, k, &forward, t)
 }
 
 /// The backward launches, in order: preprocessing (delta), dQ, dK/dV.
 fn run_backward(device: &Device, k: &Kernels, p: &AttentionParams, t: &Tensors) -> Result<()> {
-    let blocks: BlockSizes = p.validate().map_err(|e| e.to_string())?;
-    let (ql, kl) = layouts(p);
-    let heads_q = (p.batch * p.heads_q) as u32;
-    let mut args = vec![
-        LaunchArg::Buffer(&t.o),
-        LaunchArg::Buffer(&t.d_o),
-        LaunchArg::Buffer(&t.delta),
-        LaunchArg::I32(p.seqlen_q as i32),
-        LaunchArg::I32(p.heads_q as i32),
-    ];
-    args.extend(strides(ql));
-    args.extend(strides(ql));
-    let grid = [
-        p.seqlen_q.div_ceil(blocks.preprocess_block_m) as u32,
-        heads_q,
-        1,
-    ];
-    launch(device, &k.preprocess, grid, &args)?;
-
-    let mut args = vec![
-        LaunchArg::Buffer(&t.q),
-        LaunchArg::Buffer(&t.k),
-        LaunchArg::Buffer(&t.v),
-        LaunchArg::Buffer(&t.d_o),
-        LaunchArg::Buffer(&t.dq),
-        LaunchArg::Buffer(&t.lse),
-        LaunchArg::Buffer(&t.delta),
-        LaunchArg::I32(p.seqlen_q as i32),
-        LaunchArg::I32(p.seqlen_k as i32),
-        LaunchArg::I32(p.heads_q as i32),
-        LaunchArg::I32(p.group() as i32),
-    ];
-    for layout in [ql, kl, kl, ql, ql] {
-        args.extend(strides(layout));
+    for launch in &launches(p)?[1..] {
+        run(device, k, launch, t)?;
     }
-    args.push(LaunchArg::F32(p.softmax_scale));
-    let grid = [p.seqlen_q.div_ceil(blocks.bwd_block_m) as u32, heads_q, 1];
-    launch(device, &k.dq, grid, &args)?;
-
-    let mut args = vec![
-        LaunchArg::Buffer(&t.q),
-        LaunchArg::Buffer(&t.k),
-        LaunchArg::Buffer(&t.v),
-        LaunchArg::Buffer(&t.d_o),
-        LaunchArg::Buffer(&t.dk),
-        LaunchArg::Buffer(&t.dv),
-        LaunchArg::Buffer(&t.lse),
-        LaunchArg::Buffer(&t.delta),
-        LaunchArg::I32(p.seqlen_q as i32),
-        LaunchArg::I32(p.seqlen_k as i32),
-        LaunchArg::I32(p.heads_kv as i32),
-        LaunchArg::I32(p.group() as i32),
-    ];
-    for layout in [ql, kl, kl, ql, kl, kl] {
-        args.extend(strides(layout));
-    }
-    args.push(LaunchArg::F32(p.softmax_scale));
-    let grid = [
-        p.seqlen_k.div_ceil(blocks.bwd_block_n) as u32,
-        (p.batch * p.heads_kv) as u32,
-        1,
-    ];
-    launch(device, &k.dkdv, grid, &args)
+    Ok(())
 }
 
 // ---- inputs ----
@@ -703,7 +635,7 @@ fn plan(set: &PtxSet, options: &Options) -> Result<()> {
     for (name, p) in &calls {
         let names: Vec<String> = specialisations(p, "sm_90a")?
             .into_iter()
-            .map(|(_, ptx, _)| {
+            .map(|(_, _, ptx)| {
                 if set.entries.contains_key(&ptx) {
                     ptx
                 } else {
