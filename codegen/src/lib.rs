@@ -30,8 +30,11 @@
 //! `num_programs`, scalar `for` and `if`, and `dot` of f16/bf16 tiles on tensor cores
 //! (`mma.sync.m16n8k16`, operands staged in swizzled shared memory and read with `ldmatrix`, or
 //! an earlier `dot`'s accumulator taken as the A operand in registers), with dynamic shared
-//! memory above 48 KiB. The attention kernels (forward, preprocess, dQ, dK/dV) and the general
-//! kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
+//! memory above 48 KiB. Loops that stream block-pointer tiles into `dot` are software-pipelined
+//! with `cp.async` ([`CompileOptions::num_stages`], [`layout::pipeline`]), and block-pointer loads
+//! and stores move up to 16 bytes per vector where [`layout::divisibility`] proves it aligned
+//! from what the launcher guarantees ([`CompileOptions::divisibility`]). The attention kernels
+//! (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
 //! dimensions) is a [`CodegenError::Unsupported`] naming the op and its DSL source line.
 
 pub mod emulate;
@@ -107,26 +110,53 @@ impl FromStr for Target {
     }
 }
 
-/// How to compile a kernel: for which GPU, with how many warps per program.
+/// How to compile a kernel: for which GPU, with how many warps per program, how deep its
+/// streaming loops are pipelined, and what the launcher guarantees about the arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompileOptions {
     pub target: Target,
     /// Warps per program (per CUDA block): a power of two from 1 to 32.
     pub num_warps: u32,
+    /// Shared-memory buffers per pipelined load (Triton's `num_stages`): a loop that streams
+    /// tiles into `dot` keeps `num_stages - 1` tiles in flight with `cp.async` while it computes
+    /// on one. 1 turns pipelining off (loads go through registers). From 1 to 4.
+    pub num_stages: u32,
+    /// What the launcher guarantees (Triton's divisibility specialisation): `(argument, n)`
+    /// says the argument is a multiple of `n` (a power of two): a pointer's address in bytes, an
+    /// integer's value. It is what proves 16-byte vector accesses aligned; a launch must check it
+    /// ([`Compiled::assumptions`]; the emulator does).
+    pub divisibility: Vec<(String, u64)>,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
-        CompileOptions {
-            target: Target::Sm80,
-            num_warps: 4,
-        }
+        CompileOptions::new(Target::Sm80, 4)
     }
 }
 
+/// Most `num_stages` a loop may have: four buffers of a 64 x 128 f16 tile already take 64 KiB.
+const MAX_STAGES: u32 = 4;
+
 impl CompileOptions {
+    /// `num_warps` warps for `target`, no pipelining, nothing known about the arguments.
     pub fn new(target: Target, num_warps: u32) -> CompileOptions {
-        CompileOptions { target, num_warps }
+        CompileOptions {
+            target,
+            num_warps,
+            num_stages: 1,
+            divisibility: Vec::new(),
+        }
+    }
+
+    /// The same options with `num_stages` buffers per pipelined load.
+    pub fn with_stages(self, num_stages: u32) -> CompileOptions {
+        CompileOptions { num_stages, ..self }
+    }
+
+    /// The same options, assuming argument `name` is a multiple of `n`.
+    pub fn with_divisibility(mut self, name: &str, n: u64) -> CompileOptions {
+        self.divisibility.push((name.to_string(), n));
+        self
     }
 
     /// Threads per program: what a launch must give as the block size.
@@ -134,15 +164,26 @@ impl CompileOptions {
         self.num_warps * layout::THREADS_PER_WARP
     }
 
-    /// Checks what every stage relies on: a power-of-two number of warps a block can hold.
+    /// Checks what every stage relies on: a power-of-two number of warps a block can hold, a
+    /// pipeline depth from 1 to 4, power-of-two divisors.
     pub fn validate(&self) -> Result<(), CodegenError> {
+        let invalid = |message: String| Err(CodegenError::Options { message });
         if !self.num_warps.is_power_of_two() || self.num_warps > 32 {
-            return Err(CodegenError::Options {
-                message: format!(
-                    "expected num_warps to be a power of two from 1 to 32, got {}",
-                    self.num_warps
-                ),
-            });
+            return invalid(format!(
+                "expected num_warps to be a power of two from 1 to 32, got {}",
+                self.num_warps
+            ));
+        }
+        if !(1..=MAX_STAGES).contains(&self.num_stages) {
+            return invalid(format!(
+                "expected num_stages from 1 to {MAX_STAGES}, got {}",
+                self.num_stages
+            ));
+        }
+        if let Some((name, n)) = self.divisibility.iter().find(|(_, n)| !n.is_power_of_two()) {
+            return invalid(format!(
+                "expected a power of two as the divisor of `{name}`, got {n}"
+            ));
         }
         Ok(())
     }
@@ -246,6 +287,13 @@ impl Compiled {
     /// The block size a launch must use: `32 * num_warps` threads along x.
     pub fn threads_per_block(&self) -> u32 {
         self.options.threads_per_block()
+    }
+
+    /// What a launch must check before it runs the PTX: each `(parameter index, n)` says that
+    /// argument must be a multiple of `n` (a pointer's address in bytes, an integer's value),
+    /// as [`CompileOptions::divisibility`] promised.
+    pub fn assumptions(&self) -> &[(usize, u64)] {
+        &self.program.assumptions
     }
 }
 

@@ -76,9 +76,17 @@ fn check_file(path: &Path, actual: &str) {
     check_text(actual, &expected);
 }
 
+/// The options a case is compiled with, for `target`: its warps, stages and divisibility.
+fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
+    case.divisibility.iter().fold(
+        CompileOptions::new(target, case.num_warps).with_stages(case.num_stages),
+        |options, &(name, n)| options.with_divisibility(name, n),
+    )
+}
+
 fn compile_case(case: &cases::Case) -> Compiled {
     let target: Target = case.target.parse().unwrap();
-    compile(&case.kernel, &CompileOptions::new(target, case.num_warps))
+    compile(&case.kernel, &case_options(case, target))
         .unwrap_or_else(|e| panic!("{}: {e}", case.name))
 }
 
@@ -233,7 +241,7 @@ fn copy(buffer: &HostBuffer) -> HostBuffer {
 /// Runs `run` on the interpreter and, on copies of its buffers, on the emulator; returns what
 /// comparing them found.
 fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
-    let options = CompileOptions::new(Target::Sm80, case.num_warps);
+    let options = case_options(case, Target::Sm80);
     let program =
         thread_program(&case.kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let emulated: Vec<HostBuffer> = run.buffers.iter().map(copy).collect();
@@ -297,21 +305,31 @@ fn the_emulator_agrees_at_one_and_eight_warps() {
     }
 }
 
-/// Every attention kernel at head dims 64 and 128, f16 and bf16, causal and not, at the warps
-/// it is compiled with, on the GPU cases' ragged shapes (seqlen 70 x 45 and 45 x 70).
+/// An attention kernel as the config table compiles it: its warps and stages, and the C ABI's
+/// divisibility.
+fn attention_case(name: &str, dtype: DType, head_dim: usize, causal: bool) -> cases::Case {
+    let kernel = cases::attention_kernel(name, dtype, head_dim, causal);
+    cases::Case {
+        name: format!("{name}_{dtype}_d{head_dim}_causal={causal}"),
+        divisibility: cases::attention_divisibility(&kernel),
+        kernel,
+        num_warps: cases::attention_num_warps(name, head_dim),
+        num_stages: cases::attention_num_stages(name, head_dim),
+        target: "sm_80",
+        tolerance: cases::attention_tolerance(name, dtype),
+    }
+}
+
+/// Every attention kernel at every head dim, f16 and bf16, causal and not, as the config table
+/// compiles it (pipelined, vectorised), on the GPU cases' ragged shapes (seqlen 70 x 45 and
+/// 45 x 70).
 #[test]
 fn the_emulator_agrees_on_every_attention_kernel() {
     for name in ATTENTION_KERNELS {
-        for head_dim in [64, 128] {
+        for head_dim in kiln_kernels::attention::HEAD_DIMS {
             for dtype in [F16, BF16] {
                 for causal in [false, true] {
-                    let case = cases::Case {
-                        name: format!("{name}_{dtype}_d{head_dim}_causal={causal}"),
-                        kernel: cases::attention_kernel(name, dtype, head_dim, causal),
-                        num_warps: cases::attention_num_warps(name, head_dim),
-                        target: "sm_80",
-                        tolerance: cases::attention_tolerance(name, dtype),
-                    };
+                    let case = attention_case(name, dtype, head_dim, causal);
                     for run in cases::runs(&case) {
                         let outcome = emulate_run(&case, &run);
                         assert_eq!(
@@ -326,13 +344,202 @@ fn the_emulator_agrees_on_every_attention_kernel() {
     }
 }
 
+/// The pipelined loops at 1 (off), 2, 3 and 4 stages agree with the interpreter: the aligned
+/// GEMM, whose K loop runs 0, 1, 2 and 7 times with ragged M, N and K, and the forward, dQ and
+/// dK/dV kernels (their loops run once or twice on the ragged shapes, and dK/dV's inner loop
+/// restarts for every query head of its group).
+#[test]
+fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
+    let gemm = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let mut pipelined = vec![gemm];
+    for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
+        pipelined.push(attention_case(name, BF16, 64, true));
+    }
+    for base in &pipelined {
+        for num_stages in 1..=4 {
+            let case = cases::Case {
+                name: base.name.clone(),
+                kernel: base.kernel.clone(),
+                num_warps: base.num_warps,
+                num_stages,
+                divisibility: base.divisibility.clone(),
+                target: "sm_80",
+                tolerance: base.tolerance,
+            };
+            let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
+            let copies = program.to_string().matches("cp.async.cg").count();
+            assert_eq!(
+                copies > 0,
+                num_stages > 1,
+                "{} at {num_stages} stages",
+                case.name
+            );
+            for run in cases::runs(&case) {
+                let outcome = emulate_run(&case, &run);
+                assert_eq!(
+                    outcome.mismatches, 0,
+                    "{} at {num_stages} stages, {}: {:?}",
+                    case.name, run.label, outcome.first
+                );
+            }
+        }
+    }
+}
+
+/// Drops every instruction `drop` picks, at any depth.
+fn drop_insts(
+    block: &mut kiln_codegen::thread::Block,
+    drop: &dyn Fn(&kiln_codegen::thread::Op) -> bool,
+) {
+    block.insts.retain(|inst| !drop(&inst.op));
+    for inst in &mut block.insts {
+        match &mut inst.op {
+            kiln_codegen::thread::Op::For { body, .. } => drop_insts(body, drop),
+            kiln_codegen::thread::Op::If {
+                then_block,
+                else_block,
+                ..
+            } => {
+                drop_insts(then_block, drop);
+                drop_insts(else_block, drop);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A pipelined loop that reads its buffer before waiting for the copies into it, or that
+/// waits but meets no barrier, is an error in the emulator, naming the DSL line of the op.
+#[test]
+fn the_emulator_finds_reads_of_copies_in_flight() {
+    use kiln_codegen::thread::Op;
+    let case = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
+    let no_wait = |op: &Op| matches!(op, Op::CpAsyncWait { pending } if *pending > 0);
+    let mut early = program.clone();
+    drop_insts(&mut early.body, &no_wait);
+    let err = emulate::run(&early, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+    assert!(
+        err.to_string().contains("while a cp.async writes it"),
+        "{err}"
+    );
+    assert_eq!(
+        err.loc.map(|l| l.file),
+        Some("kernels/src/general/gemm.rs"),
+        "{err}"
+    );
+    let mut unmet = program.clone();
+    drop_insts(&mut unmet.body, &|op| *op == Op::Barrier);
+    let err = emulate::run(&unmet, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+    assert!(err.to_string().contains("race: shared byte"), "{err}");
+}
+
+/// A launch that breaks what the kernel was compiled assuming (a row stride that is not a
+/// multiple of 8) is refused by the emulator before it runs.
+#[test]
+fn the_emulator_checks_the_divisibility_a_kernel_assumes() {
+    let case = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let mut run = cases::runs(&case).swap_remove(1);
+    run.args[7] = cases::Arg::I64(33);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
+    let [x, y, z] = run.grid;
+    let err = emulate::run(&program, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "argument `a_row_stride` is 33, but the kernel was compiled assuming a multiple of 8"
+        ),
+        "{err}"
+    );
+}
+
+/// The pipelined GEMM's K loop, as text: the layout stage marks the loop and its two loads
+/// (cp.async into 3 buffers, no staging conversion), the thread program shows the prologue, the
+/// wait, barrier, copies and commit at the loop's top, the slot it carries and the drain after it.
+#[test]
+fn a_pipelined_gemm_loop_dumps_its_stages() {
+    let compiled = compile_case(&case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80"));
+    check_file(
+        &manifest_path("tests/golden/gemm_f16_aligned_s3.layout"),
+        compiled.stage(Stage::Layout),
+    );
+    check_file(
+        &manifest_path("tests/golden/gemm_f16_aligned_s3.thread-skeleton"),
+        &skeleton(compiled.stage(Stage::Thread)),
+    );
+    let ptx = compiled.ptx();
+    for expected in [
+        "cp.async.cg.shared.global",
+        "cp.async.commit_group",
+        "cp.async.wait_group 1",
+        "cp.async.wait_group 0",
+        // C's f16 pairs of the mma layout, one 4-byte store each.
+        "st.global.b32",
+    ] {
+        assert!(ptx.contains(expected), "no `{expected}` in\n{ptx}");
+    }
+    assert!(!ptx.contains("st.global.b16"), "{ptx}");
+}
+
+/// The control flow, shared-memory traffic and tensor-core ops of a thread program, without
+/// the address arithmetic between them: what shows its pipelining in a few dozen lines.
+fn skeleton(thread: &str) -> String {
+    let kept = [
+        "cp.async", "bar.sync", "ldmatrix", "mma.", "st.v", "ld.v", "yield", "if ", "for ",
+    ];
+    let mut out = String::new();
+    for line in thread.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let op = line.trim_start();
+        let op = op.split_once(" = ").map_or(op, |(_, op)| op);
+        if op.starts_with('}') {
+            out.push_str(&format!("{indent}{op}\n"));
+        } else if let Some(keyword) = kept.iter().find(|k| op.starts_with(*k)) {
+            // The operands of a loop or a yield are long register lists.
+            let shown = match *keyword {
+                "for " | "yield" | "if " => format!("{}..", keyword.trim_end()),
+                _ => op.to_string(),
+            };
+            let opens = if op.ends_with('{') { " {" } else { "" };
+            out.push_str(&format!("{indent}{shown}{opens}\n"));
+        }
+    }
+    out
+}
+
+/// The attention kernels as shipped: the streaming loops copy with `cp.async` (but dK/dV at head
+/// dim 128, which the config table keeps at 1 stage), and the tiles they load and store outside
+/// the loops move 16 bytes per vector.
+#[test]
+fn shipped_attention_kernels_pipeline_and_vectorise() {
+    for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
+        for head_dim in kiln_kernels::attention::HEAD_DIMS {
+            let case = attention_case(name, F16, head_dim, false);
+            let compiled = compile(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+            let ptx = compiled.ptx();
+            let pipelined = cases::attention_num_stages(name, head_dim) > 1;
+            assert_eq!(
+                ptx.contains("cp.async.cg.shared.global"),
+                pipelined,
+                "{}",
+                case.name
+            );
+            assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
+        }
+    }
+}
+
 /// A kernel whose staged tiles exceed 48 KiB gets them as dynamic shared memory, which the
 /// launch must size and opt into.
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_w8_sm_90a"));
-    // Q (128 x 128), K and V (64 x 128), bf16.
-    assert_eq!(compiled.dynamic_shared_bytes(), (128 + 64 + 64) * 128 * 2);
+    // Q (128 x 128), and two buffers each of K and V (64 x 128), bf16.
+    assert_eq!(
+        compiled.dynamic_shared_bytes(),
+        (128 + 2 * (64 + 64)) * 128 * 2
+    );
     assert!(
         compiled
             .ptx()
@@ -340,12 +547,13 @@ fn shared_memory_above_48_kib_is_dynamic() {
         "{}",
         compiled.ptx()
     );
+    // Q (128 x 64) and two buffers each of K and V (64 x 64), f16: 48 KiB, still static.
     let small = compile_case(&case("attention_fwd_f16_d64_causal_w4_sm_80"));
     assert_eq!(small.dynamic_shared_bytes(), 0);
     assert!(
         small
             .ptx()
-            .contains(".shared .align 16 .b8 kiln_shared[32768];")
+            .contains(".shared .align 16 .b8 kiln_shared[49152];")
     );
 }
 
@@ -547,6 +755,8 @@ fn the_same_kernel_gives_byte_identical_ptx() {
     for name in [
         "vector_add_f16_b1024_w4_sm_80",
         "scale_loop_bf16_b256_w4_sm_90a",
+        "gemm_bf16_aligned_m64_n64_k32_s3_w4_sm_90a",
+        "attention_bwd_dkdv_f16_d64_causal_w8_sm_80",
     ] {
         let first = compile_case(&case(name));
         let again = compile_case(&case(name));
@@ -833,57 +1043,156 @@ fn spill_and_stack_bytes(report: &str) -> u64 {
         .sum()
 }
 
+/// The registers per thread of a ptxas `-v` report.
+fn registers(report: &str) -> u32 {
+    report
+        .lines()
+        .find_map(|l| {
+            l.split("Used ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// One kernel for ptxas: its name, what to compile, and whether a spill fails the test (it
+/// only records it otherwise: head dim 256).
+struct Assembly<'k> {
+    name: String,
+    kernel: &'k Kernel,
+    options: CompileOptions,
+    spills_fail: bool,
+}
+
+/// Runs `f` on every item on all cores (compiling and ptxas dominate CI time), results in order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return done;
+                        };
+                        done.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a ptxas worker panicked"))
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// ptxas assembles, for sm_80 and sm_90a, the PTX of every GPU case, of every op the lowering
+/// knows, and of every attention specialisation kiln ships (forward, preprocess, dQ and dK/dV;
+/// f16 and bf16; head dims 32 to 256; causal or not) as the config table compiles it. It fails on
+/// any error, and on any spill or stack frame except at head dim 256, whose spills it prints.
 #[test]
 fn ptxas_assembles_every_kernel_without_spills() {
     let Some(ptxas) = ptxas() else {
         eprintln!("ptxas not found (set KILN_PTXAS): skipping PTX assembly");
         return;
     };
-    let mut kernels: Vec<(String, Compiled)> = cases::cases()
-        .iter()
-        .map(|case| (case.name.clone(), compile_case(case)))
-        .collect();
-    for (name, kernel) in every_op_kernels() {
-        for target in Target::ALL {
-            let compiled = compile(&kernel, &CompileOptions::new(target, 4)).unwrap();
-            kernels.push((format!("{name}_{target}"), compiled));
-        }
-    }
-    // Every attention kernel at head dims 64 and 128, f16 and bf16, causal and not.
+    let cases = cases::cases();
+    let every_op = every_op_kernels();
+    let mut attention = Vec::new();
     for name in ATTENTION_KERNELS {
-        for head_dim in [64, 128] {
+        for head_dim in kiln_kernels::attention::HEAD_DIMS {
             for dtype in [F16, BF16] {
-                for causal in [false, true] {
-                    let kernel = cases::attention_kernel(name, dtype, head_dim, causal);
-                    let num_warps = cases::attention_num_warps(name, head_dim);
-                    for target in Target::ALL {
-                        let compiled = compile(&kernel, &CompileOptions::new(target, num_warps))
-                            .unwrap_or_else(|e| panic!("{name}: {e}"));
-                        let mask = if causal { "_causal" } else { "" };
-                        kernels.push((
-                            format!("{name}_{dtype}_d{head_dim}{mask}_w{num_warps}_{target}"),
-                            compiled,
-                        ));
-                    }
+                // The preprocessing kernel has no causal variant.
+                let masks: &[bool] = if name == "attention_bwd_preprocess" {
+                    &[false]
+                } else {
+                    &[false, true]
+                };
+                for &causal in masks {
+                    attention.push((head_dim, attention_case(name, dtype, head_dim, causal)));
                 }
             }
         }
     }
+    let mut jobs: Vec<Assembly<'_>> = cases
+        .iter()
+        .map(|case| Assembly {
+            name: case.name.clone(),
+            kernel: &case.kernel,
+            options: case_options(case, case.target.parse().unwrap()),
+            spills_fail: true,
+        })
+        .collect();
+    for (name, kernel) in &every_op {
+        for target in Target::ALL {
+            jobs.push(Assembly {
+                name: format!("{name}_{target}"),
+                kernel,
+                options: CompileOptions::new(target, 4),
+                spills_fail: true,
+            });
+        }
+    }
+    for (head_dim, case) in &attention {
+        for target in Target::ALL {
+            let options = case_options(case, target);
+            let mask = if flag(&case.kernel, "CAUSAL") {
+                "_causal"
+            } else {
+                ""
+            };
+            jobs.push(Assembly {
+                name: format!(
+                    "{}_{}_d{head_dim}{mask}_w{}_s{}_{target}",
+                    case.kernel.name(),
+                    case.kernel.spec.dtype_param("T").unwrap(),
+                    options.num_warps,
+                    options.num_stages
+                ),
+                kernel: &case.kernel,
+                options,
+                spills_fail: *head_dim <= 128,
+            });
+        }
+    }
+    let reports = parallel_map(&jobs, |job| {
+        let compiled =
+            compile(job.kernel, &job.options).map_err(|e| format!("{}: {e}", job.name))?;
+        assemble(&ptxas, compiled.ptx(), &job.name, job.options.target.name())
+    });
     let mut failures = Vec::new();
-    for (name, compiled) in &kernels {
-        match assemble(&ptxas, compiled.ptx(), name, compiled.options.target.name()) {
+    for (job, report) in jobs.iter().zip(reports) {
+        match report {
             Ok(report) => {
-                let registers = report
-                    .lines()
-                    .find_map(|l| l.split("Used ").nth(1))
-                    .unwrap_or("?");
-                println!("{name:40} {registers}");
-                if spill_and_stack_bytes(&report) != 0 {
-                    failures.push(format!("{name} spills or uses a stack frame:\n{report}"));
+                let spilled = spill_and_stack_bytes(&report);
+                println!(
+                    "{:56} {:3} registers, {spilled:5} bytes spilled or on the stack",
+                    job.name,
+                    registers(&report)
+                );
+                if spilled != 0 && job.spills_fail {
+                    failures.push(format!(
+                        "{} spills or uses a stack frame:\n{report}",
+                        job.name
+                    ));
                 }
             }
             Err(message) => failures.push(message),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Whether `kernel` was built with the bool spec parameter `name` set.
+fn flag(kernel: &Kernel, name: &str) -> bool {
+    matches!(kernel.spec.get(name), Some(kiln_dsl::SpecValue::Bool(true)))
 }

@@ -123,7 +123,7 @@ fn load(
 ) -> Result<Loaded> {
     let (text, shared_bytes) = set.entries.get(name).ok_or_else(|| {
         format!(
-            "no PTX for {name} in {}: add ({}, dtype, head dim, causal) to ATTENTION_CASES in \
+            "no PTX for {name} in {}: add ({}, dtype, head dim, causal) to `attention_cases` in \
              runtime/tests/gpu/cases.rs and bless (KILN_BLESS=1 cargo test -p kiln-codegen)",
             set.source,
             kernel.name()

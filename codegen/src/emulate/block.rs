@@ -1,6 +1,8 @@
 //! One block of threads running a thread program in lockstep, and the numbers of each op as
 //! the GPU computes them. A register holds its value's bits in a `u64`, zero-extended.
 
+use std::collections::VecDeque;
+
 use half::{bf16, f16};
 
 use super::EmulationError;
@@ -33,12 +35,32 @@ pub(super) fn run_block(
         threads,
         regs: vec![Vec::new(); program.types.len()],
         shared: Shared::new(program.shared_bytes),
+        open_copies: vec![Vec::new(); threads],
+        groups: vec![VecDeque::new(); threads],
     };
     for (param, &value) in program.params.iter().zip(params) {
         state.regs[param.reg.index()] = vec![value; threads];
     }
     state.block(&program.body)?;
+    // A copy still in flight when the kernel ends would land in shared memory nobody owns.
+    if let Some(thread) = (0..threads).find(|&t| {
+        !state.open_copies[t].is_empty() || state.groups[t].iter().any(|g| !g.is_empty())
+    }) {
+        return Err(EmulationError {
+            message: "the kernel ends with cp.async copies never waited for".to_string(),
+            loc: None,
+            block: ctaid,
+            thread: Some(thread as u32),
+        });
+    }
     Ok(())
+}
+
+/// A `cp.async` in flight: where its bytes land, and what it read.
+#[derive(Clone, Debug)]
+struct InFlight {
+    offset: u64,
+    bytes: Vec<u8>,
 }
 
 struct BlockState<'a, 'g> {
@@ -50,6 +72,10 @@ struct BlockState<'a, 'g> {
     /// Per register, per thread.
     regs: Vec<Vec<u64>>,
     shared: Shared,
+    /// Per thread: its copies since its last `cp.async.commit_group`, and its committed groups,
+    /// oldest first.
+    open_copies: Vec<Vec<InFlight>>,
+    groups: Vec<VecDeque<Vec<InFlight>>>,
 }
 
 /// The mask of a type's width.
@@ -201,10 +227,13 @@ impl BlockState<'_, '_> {
                 }
                 Ok(())
             }
-            Op::StoreVector { ptr, values } => {
+            Op::StoreVector { ptr, values, pred } => {
                 let ty = self.ty(values[0]);
                 let bytes = (ty.bytes() as usize * values.len()) as u64;
                 for t in 0..self.threads {
+                    if pred.is_some_and(|p| self.get(p, t) & 1 == 0) {
+                        continue;
+                    }
                     let address = self.get(*ptr, t);
                     if !address.is_multiple_of(bytes) {
                         let message = format!("{bytes}-byte vector store at {address}, misaligned");
@@ -218,6 +247,72 @@ impl BlockState<'_, '_> {
                             Space::Shared => self.shared.write(at, ty, bits, t as u32),
                         };
                         written.map_err(|m| self.error(inst, Some(t), m))?;
+                    }
+                }
+                Ok(())
+            }
+            Op::LoadVector { ptr, pred } => {
+                let ty = self.ty(inst.results[0]);
+                let count = inst.results.len();
+                let bytes = (ty.bytes() as usize * count) as u64;
+                let mut out = vec![vec![0u64; self.threads]; count];
+                for t in 0..self.threads {
+                    if pred.is_some_and(|p| self.get(p, t) & 1 == 0) {
+                        continue;
+                    }
+                    let address = self.get(*ptr, t);
+                    if !address.is_multiple_of(bytes) {
+                        let message = format!("{bytes}-byte vector load at {address}, misaligned");
+                        return Err(self.error(inst, Some(t), message));
+                    }
+                    for (i, values) in out.iter_mut().enumerate() {
+                        let at = address + i as u64 * ty.bytes() as u64;
+                        let read = match self.space(*ptr) {
+                            Space::Global => self.global.read(at, ty),
+                            Space::Shared => self.shared.read(at, ty, t as u32),
+                        };
+                        values[t] = read.map_err(|m| self.error(inst, Some(t), m))?;
+                    }
+                }
+                for (&result, values) in inst.results.iter().zip(out) {
+                    self.regs[result.index()] = values;
+                }
+                Ok(())
+            }
+            Op::CpAsync {
+                dst,
+                src,
+                src_bytes,
+            } => {
+                const BYTES: usize = 16;
+                for t in 0..self.threads {
+                    let read = match self.get(*src_bytes, t) {
+                        0 => Ok(vec![0; BYTES]),
+                        16 => self.global.read_bytes(self.get(*src, t), BYTES),
+                        other => Err(format!("src-size {other}, expected 0 or 16")),
+                    };
+                    let bytes = read.map_err(|m| self.error(inst, Some(t), m))?;
+                    let offset = self.get(*dst, t);
+                    self.shared
+                        .start_copy(offset, BYTES, t as u32)
+                        .map_err(|m| self.error(inst, Some(t), m))?;
+                    self.open_copies[t].push(InFlight { offset, bytes });
+                }
+                Ok(())
+            }
+            Op::CpAsyncCommit => {
+                for t in 0..self.threads {
+                    let group = std::mem::take(&mut self.open_copies[t]);
+                    self.groups[t].push_back(group);
+                }
+                Ok(())
+            }
+            Op::CpAsyncWait { pending } => {
+                for t in 0..self.threads {
+                    while self.groups[t].len() > *pending as usize {
+                        for copy in self.groups[t].pop_front().unwrap_or_default() {
+                            self.shared.land(copy.offset, &copy.bytes, t as u32);
+                        }
                     }
                 }
                 Ok(())
@@ -457,6 +552,10 @@ impl BlockState<'_, '_> {
             | Op::Barrier
             | Op::Store { .. }
             | Op::StoreVector { .. }
+            | Op::LoadVector { .. }
+            | Op::CpAsync { .. }
+            | Op::CpAsyncCommit
+            | Op::CpAsyncWait { .. }
             | Op::Load { .. }
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
@@ -541,7 +640,10 @@ fn int_op(op: IntOp, x: u64, y: u64, ty: Type) -> std::result::Result<u64, Strin
 /// An op's name for error messages.
 fn inst_name(op: &Op) -> &'static str {
     match op {
-        Op::Load { .. } => "ld",
+        Op::Load { .. } | Op::LoadVector { .. } => "ld",
+        Op::CpAsync { .. } => "cp.async",
+        Op::CpAsyncCommit => "cp.async.commit_group",
+        Op::CpAsyncWait { .. } => "cp.async.wait_group",
         Op::Store { .. } | Op::StoreVector { .. } => "st",
         Op::Shuffle { .. } => "shfl.sync",
         Op::Ldmatrix { .. } => "ldmatrix",

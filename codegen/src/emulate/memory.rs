@@ -77,6 +77,33 @@ impl<'a> Global<'a> {
         })
     }
 
+    /// The `len` bytes at `address` (a multiple of `len`, whole elements of one buffer), as a
+    /// `cp.async` reads them.
+    pub fn read_bytes(&self, address: u64, len: usize) -> Result<Vec<u8>, String> {
+        if !address.is_multiple_of(len as u64) {
+            return Err(format!("{len}-byte copy from {address:#x}, misaligned"));
+        }
+        let slot = (address >> BUFFER_SHIFT) as usize;
+        let Some(&(buffer, _)) = slot.checked_sub(1).and_then(|i| self.buffers.get(i)) else {
+            return Err(format!("access to {address:#x}, which is in no buffer"));
+        };
+        let ty = match buffer.dtype() {
+            DType::F16 => Type::F16,
+            DType::BF16 => Type::BF16,
+            DType::F32 => Type::F32,
+            DType::I32 => Type::I32,
+            DType::I64 => Type::I64,
+            DType::I1 => Type::I8,
+        };
+        let size = ty.bytes() as usize;
+        let mut bytes = Vec::with_capacity(len);
+        for element in 0..len / size {
+            let bits = self.read(address + (element * size) as u64, ty)?;
+            bytes.extend((0..size).map(|i| (bits >> (8 * i)) as u8));
+        }
+        Ok(bytes)
+    }
+
     pub fn write(&self, address: u64, ty: Type, bits: u64) -> Result<(), String> {
         let (buffer, index) = self.locate(address, ty)?;
         match buffer.dtype() {
@@ -103,11 +130,13 @@ struct Access {
 
 const MANY: u32 = u32::MAX;
 
-/// A block's shared memory: bytes, and for each the last write and read, to find races.
+/// A block's shared memory: bytes, for each the last write and read, to find races, and the
+/// bytes a `cp.async` is still writing, which nobody may touch.
 pub(super) struct Shared {
     bytes: Vec<u8>,
     writes: Vec<Access>,
     reads: Vec<Access>,
+    in_flight: Vec<bool>,
     phase: u32,
 }
 
@@ -117,6 +146,7 @@ impl Shared {
             bytes: vec![0; size as usize],
             writes: vec![Access::default(); size as usize],
             reads: vec![Access::default(); size as usize],
+            in_flight: vec![false; size as usize],
             phase: 0,
         }
     }
@@ -137,8 +167,57 @@ impl Shared {
         Ok(start..start + len)
     }
 
+    fn check_settled(&self, range: std::ops::Range<usize>) -> Result<(), String> {
+        match range.into_iter().find(|&at| self.in_flight[at]) {
+            Some(at) => Err(format!(
+                "shared byte {at} accessed while a cp.async writes it (before its wait_group)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The start of a 16-byte `cp.async` by `thread` into `offset`: a write, as far as races
+    /// with the reads and writes of this phase go, whose bytes land only at [`Self::land`].
+    pub fn start_copy(&mut self, offset: u64, len: usize, thread: u32) -> Result<(), String> {
+        let (start, end) = (offset as usize, offset as usize + len);
+        if !offset.is_multiple_of(len as u64) || end > self.bytes.len() {
+            return Err(format!(
+                "out-of-bounds or misaligned {len}-byte copy to byte {offset} of {}",
+                self.bytes.len()
+            ));
+        }
+        self.check_settled(start..end)?;
+        for at in start..end {
+            let (write, read) = (self.writes[at], self.reads[at]);
+            if (write.touched && write.phase == self.phase && write.thread != thread)
+                || (read.touched && read.phase == self.phase && read.thread != thread)
+            {
+                return Err(format!(
+                    "race: shared byte {at} accessed by another thread, then copied into without a barrier between"
+                ));
+            }
+            self.in_flight[at] = true;
+        }
+        Ok(())
+    }
+
+    /// A copy's bytes land (its group was waited for): a write by `thread` in this phase.
+    pub fn land(&mut self, offset: u64, bytes: &[u8], thread: u32) {
+        for (i, &byte) in bytes.iter().enumerate() {
+            let at = offset as usize + i;
+            self.in_flight[at] = false;
+            self.bytes[at] = byte;
+            self.writes[at] = Access {
+                phase: self.phase,
+                thread,
+                touched: true,
+            };
+        }
+    }
+
     pub fn read(&mut self, offset: u64, ty: Type, thread: u32) -> Result<u64, String> {
         let range = self.range(offset, ty)?;
+        self.check_settled(range.clone())?;
         let mut bits = 0u64;
         for (i, at) in range.enumerate() {
             let write = self.writes[at];
@@ -165,6 +244,7 @@ impl Shared {
 
     pub fn write(&mut self, offset: u64, ty: Type, bits: u64, thread: u32) -> Result<(), String> {
         let range = self.range(offset, ty)?;
+        self.check_settled(range.clone())?;
         for (i, at) in range.enumerate() {
             let (write, read) = (self.writes[at], self.reads[at]);
             if write.touched && write.phase == self.phase && write.thread != thread {

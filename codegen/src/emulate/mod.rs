@@ -19,6 +19,11 @@
 //!   approximations differ from those by at most 2 ulp (`ex2`), 2^-22 absolute (`lg2`) and
 //!   2^-11 relative (`tanh`): results that go through them agree with the GPU within that, all
 //!   others exactly.
+//! - **`cp.async`**: a copy reads global memory when issued and lands in shared memory when a
+//!   `cp.async.wait_group` of its thread retires its group; until then its bytes are in flight
+//!   and any access to them is an error (a read before the wait), as is a kernel that ends with
+//!   copies in flight. Landing is a write by the issuing thread: other threads see it after the
+//!   next barrier.
 //! - **Tensor cores**: `ldmatrix` and `mma.sync` move and multiply exactly the elements the
 //!   fragment maps of [`crate::layout::mma`] name. An mma's 16 products are exact; the emulator
 //!   sums them in f64 with the accumulator and rounds once to f32, while the GPU adds them in an
@@ -80,6 +85,21 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
             program.params.len(),
             args.len()
         )));
+    }
+    // What the compile assumed of the arguments: a launch that breaks it would misalign vectors.
+    for &(index, n) in &program.assumptions {
+        let value = match args.get(index) {
+            Some(KernelArg::I32(v)) => *v as i64,
+            Some(KernelArg::I64(v)) => *v,
+            // Buffers start at multiples of 2^40 here.
+            _ => continue,
+        };
+        if value % n as i64 != 0 {
+            return Err(launch_error(format!(
+                "argument `{}` is {value}, but the kernel was compiled assuming a multiple of {n}",
+                program.params[index].name
+            )));
+        }
     }
     let global = Global::new(&program.params, args);
     let params = global.param_values(args);

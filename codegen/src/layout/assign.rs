@@ -26,7 +26,9 @@ use kiln_dsl::ir::{Inst, Kernel, Op, Region, Value};
 use kiln_dsl::passes::for_each_operand;
 use kiln_dsl::types::{DType, Elem, Type};
 
+use super::divisibility::Divisibility;
 use super::mma::{K_WIDTH, MmaV2, Operand};
+use super::pipeline::{self, PipelinedLoad, PipelinedLoop};
 use super::swizzle::SwizzledShared;
 use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, SharedLayout};
 use crate::{CodegenError, CompileOptions, Stage};
@@ -62,7 +64,11 @@ pub struct LayoutAssignment {
     /// and for a block pointer (a handful of scalars).
     layouts: Vec<Option<Layout>>,
     /// By the pre-order index of the instruction that needs them.
-    conversions: BTreeMap<usize, Vec<Conversion>>,
+    pub(super) conversions: BTreeMap<usize, Vec<Conversion>>,
+    /// The pipelined loops ([`super::pipeline`]), by the pre-order index of their `for`.
+    pub(super) pipelines: BTreeMap<usize, PipelinedLoop>,
+    /// What is known to divide scalars and block pointers: it decides vector widths.
+    pub divisibility: Divisibility,
     pub num_warps: u32,
 }
 
@@ -83,6 +89,24 @@ impl LayoutAssignment {
         self.conversions.values().flatten()
     }
 
+    /// The pipelining of the `for` at `inst_index`, if it streams any load through `cp.async`.
+    pub fn pipeline_at(&self, inst_index: usize) -> Option<&PipelinedLoop> {
+        self.pipelines.get(&inst_index)
+    }
+
+    /// The pipelined load at `inst_index`, if it is one.
+    pub fn pipelined_load(&self, inst_index: usize) -> Option<&PipelinedLoad> {
+        self.pipelines
+            .values()
+            .flat_map(|p| &p.loads)
+            .find(|l| l.inst_index == inst_index)
+    }
+
+    /// Every pipelined loop, by the pre-order index of its `for`.
+    pub fn pipelines(&self) -> impl Iterator<Item = (usize, &PipelinedLoop)> {
+        self.pipelines.iter().map(|(&i, p)| (i, p))
+    }
+
     /// How operand `value` of the `dot` at `inst_index` reaches its registers.
     pub fn dot_operand(&self, inst_index: usize, value: Value) -> Option<&Conversion> {
         self.conversions_at(inst_index).iter().find(|c| {
@@ -94,12 +118,18 @@ impl LayoutAssignment {
         })
     }
 
-    /// The distinct layouts in order of first use by a value, then conversion targets: the text
-    /// form's aliases.
-    pub fn distinct_layouts(&self) -> Vec<&Layout> {
-        let mut distinct: Vec<&Layout> = Vec::new();
-        let targets = self.conversions.values().flatten().map(|c| &c.to);
-        for layout in self.layouts.iter().flatten().chain(targets) {
+    /// The distinct layouts in order of first use by a value, then conversion targets, then
+    /// pipelined loads' buffers: the text form's aliases.
+    pub fn distinct_layouts(&self) -> Vec<Layout> {
+        let mut distinct: Vec<Layout> = Vec::new();
+        let targets = self.conversions.values().flatten().map(|c| c.to.clone());
+        let buffers = self
+            .pipelines
+            .values()
+            .flat_map(|p| &p.loads)
+            .map(|l| Layout::Shared(l.shared.clone()));
+        let values = self.layouts.iter().flatten().cloned();
+        for layout in values.chain(targets).chain(buffers) {
             if !distinct.contains(&layout) {
                 distinct.push(layout);
             }
@@ -574,11 +604,16 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 });
         }
     }
-    Ok(LayoutAssignment {
+    let mut assignment = LayoutAssignment {
         layouts,
         conversions,
+        pipelines: BTreeMap::new(),
+        divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,
-    })
+    };
+    let divisibility = assignment.divisibility.clone();
+    pipeline::apply(kernel, options, &divisibility, &mut assignment);
+    Ok(assignment)
 }
 
 fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {

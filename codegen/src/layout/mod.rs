@@ -21,13 +21,17 @@
 //! layout's comes from [`mma`]'s fragment maps, through [`linear_terms`].
 
 mod assign;
+pub mod divisibility;
 pub mod mma;
+pub mod pipeline;
 pub mod swizzle;
 mod text;
 
 use std::fmt;
 
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
+pub use divisibility::Divisibility;
+pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop};
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.
 pub const THREADS_PER_WARP: u32 = 32;
@@ -357,6 +361,39 @@ impl ThreadMap {
 
     pub fn wraps(&self, d: usize) -> bool {
         self.extents[d] > self.shape[d]
+    }
+
+    /// Whether every element is held by exactly one thread, once: no copies, no wrapping.
+    pub fn is_exclusive(&self) -> bool {
+        self.replicas.is_empty() && (0..self.rank()).all(|d| !self.wraps(d))
+    }
+
+    /// The longest run, a power of two up to `max`, in which this map's registers come along
+    /// dimension `dim`: registers `r * run .. r * run + run - 1` are consecutive elements along
+    /// `dim` starting at a multiple of `run` in every thread (the base's steps along `dim` are
+    /// multiples of it). One vector access can move such a run.
+    pub fn run_along(&self, dim: usize, max: usize) -> usize {
+        let mut run = max.max(1);
+        while run > 1 {
+            let aligned_bases = self.bases[dim]
+                .iter()
+                .all(|t| (t.scale as usize).is_multiple_of(run));
+            let runs = self.registers.chunks(run).all(|chunk| {
+                chunk.len() == run
+                    && chunk[0][dim].is_multiple_of(run)
+                    && chunk.iter().enumerate().all(|(i, r)| {
+                        (0..self.rank()).all(|d| {
+                            let expected = chunk[0][d] + if d == dim { i } else { 0 };
+                            r[d] == expected
+                        })
+                    })
+            });
+            if aligned_bases && runs {
+                return run;
+            }
+            run /= 2;
+        }
+        1
     }
 
     /// Where `register` of thread (`warp`, `lane`) sits: the CPU form of what the lowering

@@ -3,7 +3,9 @@
 //! (`%offs.5 = add %3, %4 : i32[1024] #blocked`), and a `convert_layout` line before each op
 //! that takes an operand in another layout (a staging into shared memory sits before the
 //! instruction after the value's definition), so that a golden test shows every decision. A
-//! `dot` that takes an accumulator as its A operand in registers says so after its line.
+//! `dot` that takes an accumulator as its A operand in registers says so after its line, and
+//! so do a pipelined `for` (its stages) and each load it streams through `cp.async` (into how
+//! many buffers of which shared layout).
 
 use kiln_dsl::ir::{Inst, Kernel, Region, Value};
 
@@ -18,7 +20,7 @@ impl LayoutAssignment {
             let same_kind = distinct
                 .iter()
                 .filter(|l| l.kind_name() == layout.kind_name());
-            let nth = same_kind.take_while(|l| **l != layout).count();
+            let nth = same_kind.take_while(|l| *l != layout).count();
             match nth {
                 0 => format!("#{}", layout.kind_name()),
                 n => format!("#{}{n}", layout.kind_name()),
@@ -84,6 +86,24 @@ impl LayoutAssignment {
                     "  // {}: no data movement",
                     in_registers.join(", ")
                 ));
+            }
+            // Software pipelining, on the loop and on each load it streams.
+            if let Some((index, _)) = inst {
+                if let Some(pipelined) = self.pipeline_at(index) {
+                    out.push_str(&format!(
+                        "  // pipelined: {} stages, {} tile(s) in flight per load",
+                        pipelined.stages,
+                        pipelined.stages - 1
+                    ));
+                }
+                if let Some(load) = self.pipelined_load(index) {
+                    let stages = self.pipelines().find(|(_, p)| p.loads.contains(load));
+                    out.push_str(&format!(
+                        "  // cp.async 16 B -> {} x {}",
+                        stages.map_or(0, |(_, p)| p.stages),
+                        alias(&Layout::Shared(load.shared.clone()))
+                    ));
+                }
             }
             out.push('\n');
         }

@@ -3,11 +3,12 @@
 
 use inkwell::IntPredicate;
 use inkwell::basic_block::BasicBlock;
-use inkwell::types::BasicTypeEnum;
-use inkwell::values::{BasicValueEnum, PhiValue};
+use inkwell::types::{BasicTypeEnum, VectorType};
+use inkwell::values::{BasicValue, BasicValueEnum, PhiValue};
 
 use super::{Result, Translation};
 use crate::thread::{Block, Reg};
+use crate::{CodegenError, Stage};
 
 impl<'ctx> Translation<'_, 'ctx> {
     /// Runs while `iv < upper`, like the interpreter, and stops where `iv + step` wraps around
@@ -140,6 +141,90 @@ impl<'ctx> Translation<'_, 'ctx> {
         let phi = self.builder.build_phi(ty, "")?;
         phi.add_incoming(&[(&loaded, load_block), (&fallback, before)]);
         Ok(phi.as_basic_value())
+    }
+
+    /// `<count x elem>`.
+    pub(super) fn vector_type(
+        &self,
+        elem: BasicTypeEnum<'ctx>,
+        count: usize,
+    ) -> Result<VectorType<'ctx>> {
+        match elem {
+            BasicTypeEnum::FloatType(t) => Ok(t.vec_type(count as u32)),
+            BasicTypeEnum::IntType(t) => Ok(t.vec_type(count as u32)),
+            _ => Err(CodegenError::internal(
+                Stage::Llir,
+                "a vector of neither ints nor floats",
+            )),
+        }
+    }
+
+    /// A vector load of `ty` (`bytes` long, aligned to them) at `ptr`; with a predicate, a
+    /// branch around it and zeros where the predicate is false.
+    pub(super) fn vector_load(
+        &mut self,
+        ptr: Reg,
+        ty: BasicTypeEnum<'ctx>,
+        bytes: u32,
+        pred: Option<Reg>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let address = self.value(ptr)?.into_pointer_value();
+        let aligned_load = |this: &Self| -> Result<BasicValueEnum<'ctx>> {
+            let loaded = this.builder.build_load(ty, address, "")?;
+            if let Some(load) = loaded.as_instruction_value() {
+                load.set_alignment(bytes)
+                    .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+            }
+            Ok(loaded)
+        };
+        let Some(pred) = pred else {
+            return aligned_load(self);
+        };
+        let pred = self.value(pred)?.into_int_value();
+        let before = self.current_block()?;
+        let load_block = self.context.append_basic_block(self.function, "load");
+        let done = self.context.append_basic_block(self.function, "loaded");
+        self.builder
+            .build_conditional_branch(pred, load_block, done)?;
+        self.builder.position_at_end(load_block);
+        let loaded = aligned_load(self)?;
+        self.builder.build_unconditional_branch(done)?;
+        self.builder.position_at_end(done);
+        let phi = self.builder.build_phi(ty, "")?;
+        phi.add_incoming(&[(&loaded, load_block), (&ty.const_zero(), before)]);
+        Ok(phi.as_basic_value())
+    }
+
+    /// A vector store of `value` (`bytes` long, aligned to them) at `ptr`, where `pred` holds.
+    pub(super) fn vector_store(
+        &mut self,
+        ptr: Reg,
+        value: BasicValueEnum<'ctx>,
+        bytes: u32,
+        pred: Option<Reg>,
+    ) -> Result<()> {
+        let address = self.value(ptr)?.into_pointer_value();
+        let done = match pred {
+            Some(pred) => {
+                let pred = self.value(pred)?.into_int_value();
+                let store_block = self.context.append_basic_block(self.function, "store");
+                let done = self.context.append_basic_block(self.function, "stored");
+                self.builder
+                    .build_conditional_branch(pred, store_block, done)?;
+                self.builder.position_at_end(store_block);
+                Some(done)
+            }
+            None => None,
+        };
+        let store = self.builder.build_store(address, value)?;
+        store
+            .set_alignment(bytes)
+            .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+        if let Some(done) = done {
+            self.builder.build_unconditional_branch(done)?;
+            self.builder.position_at_end(done);
+        }
+        Ok(())
     }
 
     pub(super) fn store(&mut self, ptr: Reg, value: Reg, pred: Option<Reg>) -> Result<()> {

@@ -168,6 +168,19 @@ impl<'ctx> Translation<'_, 'ctx> {
             .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
     }
 
+    /// Calls the intrinsic `name`, which returns nothing, through a declaration of its type
+    /// (`cp.async`'s, which inkwell's lookup table lacks; LLVM recognises them by name).
+    fn call_declared_void(&self, name: &str, args: &[BasicValueEnum<'ctx>]) -> Result<()> {
+        let declaration = self.module.get_function(name).unwrap_or_else(|| {
+            let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
+            self.module
+                .add_function(name, self.context.void_type().fn_type(&params, false), None)
+        });
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        self.builder.build_call(declaration, &args, "")?;
+        Ok(())
+    }
+
     /// Calls an intrinsic that returns nothing (`llvm.nvvm.barrier0`).
     fn call_intrinsic_void(&self, name: &str) -> Result<()> {
         let declaration = inkwell::intrinsics::Intrinsic::find(name)

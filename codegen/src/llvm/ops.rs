@@ -44,18 +44,8 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Store { ptr, value, pred } => return self.store(*ptr, *value, *pred),
-            Op::StoreVector { ptr, values } => {
-                let elem = self.ty(values[0]);
-                let vector_type = match elem {
-                    BasicTypeEnum::FloatType(t) => t.vec_type(values.len() as u32),
-                    BasicTypeEnum::IntType(t) => t.vec_type(values.len() as u32),
-                    _ => {
-                        return Err(CodegenError::internal(
-                            Stage::Llir,
-                            "a vector store of neither ints nor floats",
-                        ));
-                    }
-                };
+            Op::StoreVector { ptr, values, pred } => {
+                let vector_type = self.vector_type(self.ty(values[0]), values.len())?;
                 let i32_type = self.context.i32_type();
                 let mut vector = vector_type.get_poison();
                 for (i, &value) in values.iter().enumerate() {
@@ -64,13 +54,49 @@ impl<'ctx> Translation<'_, 'ctx> {
                         self.builder
                             .build_insert_element(vector, self.value(value)?, index, "")?;
                 }
-                let address = self.value(*ptr)?.into_pointer_value();
-                let store = self.builder.build_store(address, vector)?;
                 let bytes = self.program.ty(values[0]).bytes() * values.len() as u32;
-                store
-                    .set_alignment(bytes)
-                    .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+                return self.vector_store(*ptr, vector.into(), bytes, *pred);
+            }
+            Op::LoadVector { ptr, pred } => {
+                let first = inst.results.first().copied().ok_or_else(|| {
+                    CodegenError::internal(Stage::Llir, "a vector load without results")
+                })?;
+                let count = inst.results.len();
+                let vector_type = self.vector_type(self.ty(first), count)?;
+                let bytes = self.program.ty(first).bytes() * count as u32;
+                let vector = self.vector_load(*ptr, vector_type.into(), bytes, *pred)?;
+                let i32_type = self.context.i32_type();
+                for (i, &result) in inst.results.iter().enumerate() {
+                    let index = i32_type.const_int(i as u64, false);
+                    let element = self.builder.build_extract_element(
+                        vector.into_vector_value(),
+                        index,
+                        "",
+                    )?;
+                    self.bind(result, element);
+                }
                 return Ok(());
+            }
+            // `cp.async` has NVVM intrinsics (sm_80, PTX 7.0); LLVM gives them their memory
+            // effects from their names.
+            Op::CpAsync {
+                dst,
+                src,
+                src_bytes,
+            } => {
+                let args = [
+                    self.value(*dst)?,
+                    self.value(*src)?,
+                    self.value(*src_bytes)?,
+                ];
+                return self.call_declared_void("llvm.nvvm.cp.async.cg.shared.global.16.s", &args);
+            }
+            Op::CpAsyncCommit => {
+                return self.call_declared_void("llvm.nvvm.cp.async.commit.group", &[]);
+            }
+            Op::CpAsyncWait { pending } => {
+                let pending = self.context.i32_type().const_int(*pending as u64, false);
+                return self.call_declared_void("llvm.nvvm.cp.async.wait.group", &[pending.into()]);
             }
             Op::Ldmatrix { ptr, count, trans } => {
                 let values = self.ldmatrix(*ptr, *count, *trans, inst)?;
@@ -281,6 +307,10 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::If { .. }
             | Op::Store { .. }
             | Op::StoreVector { .. }
+            | Op::LoadVector { .. }
+            | Op::CpAsync { .. }
+            | Op::CpAsyncCommit
+            | Op::CpAsyncWait { .. }
             | Op::Barrier
             | Op::Yield(_)
             | Op::Ldmatrix { .. }

@@ -239,11 +239,37 @@ pub enum Op {
         value: Reg,
         pred: Option<Reg>,
     },
-    /// Writes `values` (2, 4 or 8 of one type) to consecutive elements at `ptr`, one vector
-    /// access (`st.shared.v4.b32` for eight 16-bit values); `ptr` is aligned to the vector.
+    /// Writes `values` (2, 4 or 8 of one type) to consecutive elements at `ptr` where `pred`
+    /// holds (or always), one vector access (`st.shared.v4.b32` for eight 16-bit values, at most
+    /// 16 bytes); `ptr` is aligned to the vector.
     StoreVector {
         ptr: Reg,
         values: Vec<Reg>,
+        pred: Option<Reg>,
+    },
+    /// Reads the results (2, 4 or 8 of one type) from consecutive elements at `ptr` where `pred`
+    /// holds (or always), one vector access (`ld.global.v4.b32` for eight 16-bit values), zeros
+    /// where it does not, without touching memory; `ptr` is aligned to the vector.
+    LoadVector {
+        ptr: Reg,
+        pred: Option<Reg>,
+    },
+    /// `cp.async.cg.shared.global [dst], [src], 16, src_bytes`: copies 16 bytes from global
+    /// `src` to shared `dst` (both 16-byte aligned) in the background, reading only the first
+    /// `src_bytes` (an i32, 16 or 0) and zero-filling the rest. The copy joins this thread's open
+    /// group; its bytes may be read only after a [`Op::CpAsyncWait`] has retired the group (by
+    /// this thread; by others after a barrier that follows it).
+    CpAsync {
+        dst: Reg,
+        src: Reg,
+        src_bytes: Reg,
+    },
+    /// `cp.async.commit_group`: closes this thread's open group of copies.
+    CpAsyncCommit,
+    /// `cp.async.wait_group pending`: waits until at most `pending` of this thread's committed
+    /// groups are incomplete (the oldest complete first).
+    CpAsyncWait {
+        pending: u32,
     },
     /// `bar.sync 0`: every thread of the block waits here; shared-memory writes before it are
     /// visible to reads after it.
@@ -328,6 +354,9 @@ pub struct Program {
     /// The type of every register, by [`Reg`].
     pub types: Vec<Type>,
     pub body: Block,
+    /// What the launch guarantees, by parameter index: the argument is a multiple of `n` (a
+    /// pointer's address in bytes, an integer's value). Vector accesses rely on it.
+    pub assumptions: Vec<(usize, u64)>,
 }
 
 /// Shared memory a block may use without opting into the dynamic carve-out.

@@ -24,7 +24,9 @@
 //! - `ldmatrix` and `mma.sync` are warp-wide: every lane of the warp runs them together, as
 //!   every instruction here (control flow is uniform).
 //!
-//! `cp.async` joins [`Op`] with software pipelining.
+//! - A pipelined loop's buffers are written only by `cp.async` copies, which land at a
+//!   `cp.async.wait_group` of their thread; the loop's own wait and barrier at the top of each
+//!   iteration order them with the reads ([`lower`]'s `pipeline` module), not the tracking above.
 
 mod ir;
 pub mod lower;

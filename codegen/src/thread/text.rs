@@ -124,9 +124,32 @@ fn op_text(op: &Op) -> String {
             }
             s
         }
-        Op::StoreVector { ptr, values } => {
-            format!("st.v{} {}, {{{}}}", values.len(), reg(*ptr), regs(values))
+        Op::StoreVector { ptr, values, pred } => {
+            let mut s = format!("st.v{} {}, {{{}}}", values.len(), reg(*ptr), regs(values));
+            if let Some(p) = pred {
+                let _ = write!(s, " if {}", reg(*p));
+            }
+            s
         }
+        Op::LoadVector { ptr, pred } => {
+            let mut s = format!("ld.v {}", reg(*ptr));
+            if let Some(p) = pred {
+                let _ = write!(s, " if {}", reg(*p));
+            }
+            s
+        }
+        Op::CpAsync {
+            dst,
+            src,
+            src_bytes,
+        } => format!(
+            "cp.async.cg.shared.global {}, {}, 16, {}",
+            reg(*dst),
+            reg(*src),
+            reg(*src_bytes)
+        ),
+        Op::CpAsyncCommit => "cp.async.commit_group".to_string(),
+        Op::CpAsyncWait { pending } => format!("cp.async.wait_group {pending}"),
         Op::Barrier => "bar.sync 0".to_string(),
         Op::Shuffle { mode, value, lane } => format!(
             "shfl.sync.{} {}, {}",

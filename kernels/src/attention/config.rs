@@ -1,16 +1,24 @@
 //! Block sizes and warps of the attention kernels, per head dim: the one table every launch reads.
 //!
-//! | head dim | forward BLOCK_M x BLOCK_N, warps | backward BLOCK_M x BLOCK_N (dQ and dK/dV), warps dQ / dK/dV |
+//! | head dim | forward BLOCK_M x BLOCK_N, warps, stages | backward BLOCK_M x BLOCK_N (dQ and dK/dV), warps dQ / dK/dV, stages dQ / dK/dV |
 //! | --- | --- | --- |
-//! | 32, 64 | 128 x 64, 4 | 64 x 64, 4 / 8 |
-//! | 128 | 128 x 64, 8 | 64 x 64, 4 / 8 |
-//! | 256 | 64 x 32, 4 | 32 x 32, 4 / 4 |
+//! | 32, 64 | 128 x 64, 4, 2 | 64 x 64, 4 / 8, 2 / 2 |
+//! | 128 | 128 x 64, 8, 2 | 64 x 64, 8 / 8, 2 / 1 |
+//! | 256 | 64 x 32, 4, 2 | 32 x 32, 4 / 8, 2 / 2 |
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
 //! program's tiles in registers. Warps: 8 where 4 warps' registers cannot hold the accumulators
 //! without spilling (the forward's 128-row O at head dim 128; dK/dV's two accumulators), else 4,
-//! which keeps every warp along M so that dQ's `dS @ K` takes dS from registers. Head dim 256 has
-//! not been lowered yet. The performance issue retunes these per architecture.
+//! which keeps every warp along M so that dQ's `dS @ K` takes dS from registers; dQ at head dim
+//! 128 takes 8 (dS then goes through shared memory) because 4 warps sit at 255 registers and
+//! spill once pipelined. Stages are
+//! kiln-codegen's `CompileOptions::num_stages` for the kernel's streaming loop (K/V in the
+//! forward and dQ, Q/dO in dK/dV): shared buffers per streamed tile, one tile in flight with
+//! `cp.async` while the program computes on another (FlashAttention-2's double buffering; the
+//! preprocessing kernel has no loop). dK/dV at head dim 128 keeps 1 stage (its Q/dO loads go
+//! through registers): pipelined, its causal variant needs 255 registers and spills 16 bytes on
+//! sm_80 (ptxas 13.0), and the tests allow no spill up to head dim 128. The performance issue
+//! retunes these per architecture.
 
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
@@ -28,6 +36,10 @@ pub struct BlockSizes {
     pub preprocess_num_warps: u32,
     pub dq_num_warps: u32,
     pub dkdv_num_warps: u32,
+    /// Pipeline stages (kiln-codegen's `num_stages`) of the forward, dQ and dK/dV kernels.
+    pub fwd_num_stages: u32,
+    pub dq_num_stages: u32,
+    pub dkdv_num_stages: u32,
 }
 
 /// The block sizes for `head_dim`, or `None` if kiln has no attention kernel for it.
@@ -41,8 +53,11 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             preprocess_block_m: 64,
             fwd_num_warps: if head_dim == 128 { 8 } else { 4 },
             preprocess_num_warps: 4,
-            dq_num_warps: 4,
+            dq_num_warps: if head_dim == 128 { 8 } else { 4 },
             dkdv_num_warps: 8,
+            fwd_num_stages: 2,
+            dq_num_stages: 2,
+            dkdv_num_stages: if head_dim == 128 { 1 } else { 2 },
         }),
         256 => Some(BlockSizes {
             fwd_block_m: 64,
@@ -53,7 +68,10 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             fwd_num_warps: 4,
             preprocess_num_warps: 4,
             dq_num_warps: 4,
-            dkdv_num_warps: 4,
+            dkdv_num_warps: 8,
+            fwd_num_stages: 2,
+            dq_num_stages: 2,
+            dkdv_num_stages: 2,
         }),
         _ => None,
     }

@@ -85,9 +85,56 @@ pub struct Case {
     pub name: String,
     pub kernel: Kernel,
     pub num_warps: u32,
+    /// kiln-codegen's `num_stages`: shared buffers per pipelined load (1: no pipelining).
+    pub num_stages: u32,
+    /// kiln-codegen's `divisibility`: `(argument, n)`, the argument is a multiple of `n` (a
+    /// pointer's address in bytes, an integer's value) in every run, as the launcher checks.
+    pub divisibility: Vec<(&'static str, u64)>,
     /// `sm_80` or `sm_90a`.
     pub target: &'static str,
     pub tolerance: Tolerance,
+}
+
+/// What the attention C ABI guarantees of `kernel`'s arguments (`../shared/c-abi.md`): tensors
+/// 16-byte aligned, strides multiples of 8 elements. It lets 16-byte vectors move every row.
+pub fn attention_divisibility(kernel: &Kernel) -> Vec<(&'static str, u64)> {
+    kernel
+        .signature
+        .args
+        .iter()
+        .zip(&kernel.args)
+        .filter_map(|(decl, &arg)| match kernel.ty(arg).elem() {
+            Some(kiln_dsl::types::Elem::Ptr(_)) => Some((decl.name, 16)),
+            _ if decl.name.ends_with("_stride") => Some((decl.name, 8)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the aligned GEMM cases' runs guarantee: 16-byte aligned matrices, `n`, `k` and the row
+/// strides multiples of 8 elements (16 bytes of f16/bf16), so that its K loop is pipelined.
+pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
+    ("a", 16),
+    ("b", 16),
+    ("bias", 16),
+    ("c", 16),
+    ("n", 8),
+    ("k", 8),
+    ("a_row_stride", 8),
+    ("b_row_stride", 8),
+    ("c_row_stride", 8),
+];
+
+/// Pipeline stages of attention kernel `name` at `head_dim`, from kiln-kernels' table (the
+/// preprocessing kernel has no loop: 1).
+pub fn attention_num_stages(name: &str, head_dim: usize) -> u32 {
+    let sizes = kiln_kernels::attention::block_sizes(head_dim).expect("a supported head dim");
+    match name {
+        "attention_fwd" => sizes.fwd_num_stages,
+        "attention_bwd_dq" => sizes.dq_num_stages,
+        "attention_bwd_dkdv" => sizes.dkdv_num_stages,
+        _ => 1,
+    }
 }
 
 pub const TARGETS: [&str; 2] = ["sm_80", "sm_90a"];
@@ -109,16 +156,32 @@ fn spec(dtype: DType, block_m: usize, block_n: usize) -> Spec {
         .int("BLOCK_N", block_n as i64)
 }
 
-/// The attention kernels' GPU cases: (kernel, dtype, head dim, causal).
-pub const ATTENTION_CASES: [(&str, DType, usize, bool); 7] = [
-    ("attention_fwd", DType::F16, 64, true),
-    ("attention_fwd", DType::BF16, 128, false),
-    ("attention_bwd_preprocess", DType::F16, 64, false),
-    ("attention_bwd_dq", DType::F16, 64, true),
-    ("attention_bwd_dq", DType::BF16, 128, false),
-    ("attention_bwd_dkdv", DType::F16, 64, true),
-    ("attention_bwd_dkdv", DType::BF16, 128, false),
-];
+/// The attention specialisations the GPU runs: every kernel at head dims 64 and 128 (the
+/// benchmark's), f16 and bf16, causal or not (the preprocessing kernel has no mask), so that the
+/// attention harness (`attention_gpu.rs`) finds the PTX of every call it makes.
+pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
+    let mut cases = Vec::new();
+    for name in [
+        "attention_fwd",
+        "attention_bwd_preprocess",
+        "attention_bwd_dq",
+        "attention_bwd_dkdv",
+    ] {
+        for dtype in [DType::F16, DType::BF16] {
+            for head_dim in [64, 128] {
+                let masks: &[bool] = if name == "attention_bwd_preprocess" {
+                    &[false]
+                } else {
+                    &[false, true]
+                };
+                for &causal in masks {
+                    cases.push((name, dtype, head_dim, causal));
+                }
+            }
+        }
+    }
+    cases
+}
 
 /// Warps per program of attention kernel `name` at `head_dim`, from kiln-kernels' table.
 pub fn attention_num_warps(name: &str, head_dim: usize) -> u32 {
@@ -192,6 +255,8 @@ pub fn cases() -> Vec<Case> {
                 name: format!("{name}_w4_{target}"),
                 kernel,
                 num_warps: 4,
+                num_stages: 1,
+                divisibility: Vec::new(),
                 target,
                 tolerance,
             })
@@ -275,14 +340,43 @@ pub fn cases() -> Vec<Case> {
             );
         }
     }
+    // The GEMM again, its K loop pipelined in 3 stages: the runs keep rows 16-byte aligned.
     for target in TARGETS {
-        for (name, dtype, head_dim, causal) in ATTENTION_CASES {
+        for dtype in [F16, BF16] {
+            let blocks = gemm::GemmBlocks::default();
+            let spec = Spec::new()
+                .dtype("T", dtype)
+                .dtype("B", dtype)
+                .int("BLOCK_M", blocks.m as i64)
+                .int("BLOCK_N", blocks.n as i64)
+                .int("BLOCK_K", blocks.k as i64);
+            let kernel = gemm::gemm_bias_gelu::build(&spec).expect("gemm builds");
+            cases.push(Case {
+                name: format!(
+                    "gemm_{dtype}_aligned_m{}_n{}_k{}_s3_w4_{target}",
+                    blocks.m, blocks.n, blocks.k
+                ),
+                kernel,
+                num_warps: 4,
+                num_stages: 3,
+                divisibility: GEMM_DIVISIBILITY.to_vec(),
+                target,
+                tolerance: reduced(dtype),
+            });
+        }
+    }
+    for target in TARGETS {
+        for (name, dtype, head_dim, causal) in attention_cases() {
             let num_warps = attention_num_warps(name, head_dim);
+            let num_stages = attention_num_stages(name, head_dim);
             let mask = if causal { "_causal" } else { "" };
+            let kernel = attention_kernel(name, dtype, head_dim, causal);
             cases.push(Case {
                 name: format!("{name}_{dtype}_d{head_dim}{mask}_w{num_warps}_{target}"),
-                kernel: attention_kernel(name, dtype, head_dim, causal),
+                divisibility: attention_divisibility(&kernel),
+                kernel,
                 num_warps,
+                num_stages,
                 target,
                 tolerance: attention_tolerance(name, dtype),
             });
@@ -360,7 +454,18 @@ fn dtype_of(case: &Case) -> DType {
 
 /// The runs of a case: sizes with ragged tails (and, for `scale_loop`, loop counts); a matrix is
 /// `rows x cols` with a row stride padded past `cols`, so that a stride bug reads the padding.
+/// A pipelined case's labels end with its stages (` s3`).
 pub fn runs(case: &Case) -> Vec<Run> {
+    let mut runs = unlabelled_runs(case);
+    if case.num_stages > 1 {
+        for run in &mut runs {
+            run.label.push_str(&format!(" s{}", case.num_stages));
+        }
+    }
+    runs
+}
+
+fn unlabelled_runs(case: &Case) -> Vec<Run> {
     let dtype = dtype_of(case);
     let programs = |n: usize, block: usize| n.div_ceil(block) as u32;
     let matrix = |rows: usize, cols: usize, seed: u64| {
@@ -527,18 +632,31 @@ pub fn runs(case: &Case) -> Vec<Run> {
                 .spec
                 .dtype_param("B")
                 .expect("gemm has a bias dtype");
-            // Ragged in every dimension, a K shorter than one step, and exact tiles.
-            [(70usize, 45usize, 100usize), (1, 17, 5), (128, 64, 64)]
+            let aligned = !case.divisibility.is_empty();
+            // Ragged in every dimension, a K shorter than one step, and exact tiles; aligned:
+            // n and k multiples of 8 whose K loops run 0, 1, 2 and 7 times, ragged or not.
+            let shapes = if aligned {
+                vec![
+                    (70usize, 40usize, 0usize),
+                    (1, 72, 24),
+                    (70, 40, 40),
+                    (65, 64, 200),
+                ]
+            } else {
+                vec![(70, 45, 100), (1, 17, 5), (128, 64, 64)]
+            };
+            let pad = |extra: usize| if aligned { 8 * extra } else { extra };
+            shapes
                 .into_iter()
                 .map(|(m, n, k)| {
                     // Inputs scaled so that sums of k products stay in GELU's interesting range.
-                    let scale = 1.0 / (k as f32).sqrt();
-                    let (a_stride, b_stride, c_stride) = (k + 3, n + 5, n + 1);
+                    let scale = 1.0 / (k.max(1) as f32).sqrt();
+                    let (a_stride, b_stride, c_stride) = (k + pad(3), n + pad(5), n + pad(1));
                     Run {
                         label: format!("{m}x{n}x{k}"),
                         buffers: vec![
                             scaled_inputs(dtype, (m - 1) * a_stride + k, 12, scale),
-                            scaled_inputs(dtype, (k - 1) * b_stride + n, 13, 0.5),
+                            scaled_inputs(dtype, (k.max(1) - 1) * b_stride + n, 13, 0.5),
                             inputs(bias, n, 14),
                             HostBuffer::poisoned(dtype, (m - 1) * c_stride + n),
                         ],

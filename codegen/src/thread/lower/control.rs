@@ -3,22 +3,29 @@
 //! the same in every thread. Accesses to staged tiles pending at a barrier are joined
 //! conservatively: anything may be pending at a loop's head and after it.
 
-use kiln_dsl::ir::{Region, Value};
+use kiln_dsl::ir::{Inst as TileInst, Region, Value};
 
 use super::dot::Pending;
 use super::{Lowering, Result};
-use crate::thread::ir::{Block, Inst, Op, Reg};
+use crate::thread::ir::{Block, Inst, Op, Reg, Type};
 
 impl Lowering<'_> {
-    /// Lowers `region` into a block of its own, ending in a yield of what the region yields.
-    fn nested_block(&mut self, region: &Region) -> Result<(Block, Vec<Vec<Reg>>)> {
+    /// Lowers `region` into a block of its own, after what `top` emits, ending in a yield of
+    /// what the region yields and then of the registers `top` gave.
+    fn nested_block(
+        &mut self,
+        region: &Region,
+        top: impl FnOnce(&mut Self) -> Result<Vec<Reg>>,
+    ) -> Result<(Block, Vec<Vec<Reg>>)> {
         self.blocks.push(Vec::new());
-        let yielded = self.region(region);
+        let yielded = top(self).and_then(|extra| Ok((self.region(region)?, extra)));
         let mut insts = self.blocks.pop().unwrap_or_default();
-        let yielded = yielded?;
+        let (yielded, extra) = yielded?;
+        let mut values: Vec<Reg> = yielded.iter().flatten().copied().collect();
+        values.extend(extra);
         insts.push(Inst {
             results: Vec::new(),
-            op: Op::Yield(yielded.iter().flatten().copied().collect()),
+            op: Op::Yield(values),
             loc: self.loc,
         });
         Ok((Block { insts }, yielded))
@@ -38,8 +45,11 @@ impl Lowering<'_> {
             .collect()
     }
 
+    /// A `for`; a pipelined one ([`super::pipeline`]) carries its buffer slot beside the
+    /// tile values, after a prologue, and drains its copies after it.
     pub(super) fn for_loop(
         &mut self,
+        inst: &TileInst,
         lower: Value,
         upper: Value,
         step: Value,
@@ -49,30 +59,58 @@ impl Lowering<'_> {
         let loc = self.loc;
         let (lower, upper, step) = (self.reg(lower)?, self.reg(upper)?, self.reg(step)?);
         let init: Vec<Vec<Reg>> = init.iter().map(|&v| self.regs(v)).collect::<Result<_>>()?;
+        let pipeline = match self.layouts.pipeline_at(self.current_inst) {
+            Some(info) => {
+                let bounds = [lower, upper, step];
+                Some(self.pipeline_prologue(inst, info, &body.params, &init, bounds)?)
+            }
+            None => None,
+        };
         let iv = self.new_reg(self.ty(lower));
         let params = self.fresh(&init);
         self.bind(body.params[0], vec![iv]);
         for (&param, regs) in body.params[1..].iter().zip(&params) {
             self.bind(param, regs.clone());
         }
+        let mut flat_init: Vec<Reg> = init.iter().flatten().copied().collect();
+        let mut flat_params: Vec<Reg> = params.iter().flatten().copied().collect();
+        let slot = pipeline.as_ref().map(|_| {
+            flat_init.push(self.i32_const(0));
+            let slot = self.new_reg(Type::I32);
+            flat_params.push(slot);
+            slot
+        });
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
-        let (body, _) = self.nested_block(body)?;
+        let (body_block, _) = self.nested_block(body, |this| match (&pipeline, slot) {
+            (Some(pipeline), Some(slot)) => {
+                let next = this.pipeline_top(inst, pipeline, &body.params, &params, iv, slot)?;
+                Ok(vec![next])
+            }
+            _ => Ok(Vec::new()),
+        })?;
         self.pending = Pending::unknown();
         let results = self.fresh(&init);
+        let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();
+        if slot.is_some() {
+            flat_results.push(self.new_reg(Type::I32));
+        }
         self.push(Inst {
-            results: results.iter().flatten().copied().collect(),
+            results: flat_results,
             op: Op::For {
                 lower,
                 upper,
                 step,
-                init: init.into_iter().flatten().collect(),
+                init: flat_init,
                 iv,
-                params: params.into_iter().flatten().collect(),
-                body,
+                params: flat_params,
+                body: body_block,
             },
             loc,
         });
+        if pipeline.is_some() {
+            self.pipeline_drain();
+        }
         Ok(results)
     }
 
@@ -85,9 +123,9 @@ impl Lowering<'_> {
         let loc = self.loc;
         let cond = self.reg(cond)?;
         let before = self.pending;
-        let (then_block, yielded) = self.nested_block(then_region)?;
+        let (then_block, yielded) = self.nested_block(then_region, |_| Ok(Vec::new()))?;
         let after_then = std::mem::replace(&mut self.pending, before);
-        let (else_block, _) = self.nested_block(else_region)?;
+        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()))?;
         self.pending.reads |= after_then.reads;
         self.pending.writes |= after_then.writes;
         let results = self.fresh(&yielded);

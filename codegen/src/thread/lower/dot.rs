@@ -15,16 +15,26 @@ use crate::layout::mma::{
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{ConversionKind, Layout, LayoutAssignment, ThreadMap, linear_terms};
-use crate::thread::ir::{IntOp, Op, Reg, Type};
+use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
 
-/// A tile in shared memory: where it starts (bytes) and how its elements are laid out.
+/// A tile in shared memory: where it starts and how its elements are laid out.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SharedTile {
-    offset: u32,
-    layout: SwizzledShared,
+    pub base: SharedBase,
+    pub layout: SwizzledShared,
     /// The 16-bit element type.
-    elem: Type,
+    pub elem: Type,
+}
+
+/// Where a shared tile starts.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum SharedBase {
+    /// At a fixed byte offset.
+    Fixed(u32),
+    /// In buffer `slot` (an i32 register) of consecutive buffers of `bytes` each from byte
+    /// `buffers`: a pipelined load's tile of the current iteration.
+    Slot { buffers: u32, bytes: u32, slot: Reg },
 }
 
 impl SharedTile {
@@ -71,45 +81,38 @@ fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
     (elems * kernel.dtype(value).size_bytes()) as u32
 }
 
-/// The bytes every staged tile of the kernel takes, together (the scratch goes above).
+/// The bytes a tile of `value` takes in shared memory, aligned for the next.
+pub(super) fn aligned_tile_bytes(kernel: &Kernel, value: Value) -> u32 {
+    tile_bytes(kernel, value).next_multiple_of(TILE_ALIGN)
+}
+
+/// The bytes every staged tile of the kernel takes, together, pipelined loads' buffers
+/// included (the scratch goes above).
 pub(super) fn staged_bytes(kernel: &Kernel, layouts: &LayoutAssignment) -> u32 {
-    layouts
+    let staged: u32 = layouts
         .all_conversions()
         .filter(|c| c.kind == ConversionKind::Stage)
-        .map(|c| tile_bytes(kernel, c.value).next_multiple_of(TILE_ALIGN))
-        .sum()
+        .map(|c| aligned_tile_bytes(kernel, c.value))
+        .sum();
+    let buffers: u32 = layouts
+        .pipelines()
+        .flat_map(|(_, p)| {
+            p.loads
+                .iter()
+                .map(|l| p.stages * aligned_tile_bytes(kernel, l.value))
+        })
+        .sum();
+    staged + buffers
 }
 
 /// How many consecutive registers of `map` one vector store can write to `layout` (1: none):
-/// every thread holds each element once (no copies, no wrapping), its registers come in runs
-/// along the contiguous dimension, and every thread's run starts on a multiple of the run
-/// within one swizzled vector (so the run stays contiguous in shared memory, 16 bytes at most).
+/// every thread holds each element once, its registers come in runs along the contiguous
+/// dimension that stay within one swizzled vector (contiguous in shared memory, 16 bytes at most).
 fn vector_run(map: &ThreadMap, layout: &SwizzledShared) -> usize {
-    let contiguous = layout.order[0];
-    if !map.replicas.is_empty() || (0..map.rank()).any(|d| map.wraps(d)) {
+    if !map.is_exclusive() {
         return 1;
     }
-    let mut run = layout.vec.min(8);
-    while run > 1 {
-        let aligned_bases = map.bases[contiguous]
-            .iter()
-            .all(|t| (t.scale as usize).is_multiple_of(run));
-        let runs = map.registers.chunks(run).all(|chunk| {
-            chunk.len() == run
-                && chunk[0][contiguous].is_multiple_of(run)
-                && chunk.iter().enumerate().all(|(i, r)| {
-                    (0..map.rank()).all(|d| {
-                        let expected = chunk[0][d] + if d == contiguous { i } else { 0 };
-                        r[d] == expected
-                    })
-                })
-        });
-        if aligned_bases && runs {
-            return run;
-        }
-        run /= 2;
-    }
-    1
+    map.run_along(layout.order[0], layout.vec.min(8))
 }
 
 /// An operand's 32-bit registers, loaded from shared memory on first use.
@@ -155,11 +158,11 @@ impl Lowering<'_> {
         let elem = self.ty(regs[0]);
         self.packed_type(inst, elem)?;
         let tile = SharedTile {
-            offset: self.next_staged,
+            base: SharedBase::Fixed(self.next_staged),
             layout: tile_layout,
             elem,
         };
-        self.next_staged += tile_bytes(self.kernel, value).next_multiple_of(TILE_ALIGN);
+        self.next_staged += aligned_tile_bytes(self.kernel, value);
         if self.pending.reads {
             self.barrier();
         }
@@ -168,11 +171,12 @@ impl Lowering<'_> {
         let mut i = 0;
         while i < regs.len() {
             let index = self.swizzled_index(&tile.layout, &positions[i].coords);
-            let slot = self.shared_slot(tile.offset, index, elem);
+            let slot = self.tile_slot(&tile, index);
             if run > 1 && map.registers[i][tile.layout.order[0]] % run == 0 {
                 self.emit_effect(Op::StoreVector {
                     ptr: slot,
                     values: regs[i..i + run].to_vec(),
+                    pred: None,
                 });
                 i += run;
             } else {
@@ -201,9 +205,33 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// A pointer to element `index` (i32) of a shared tile.
+    pub(super) fn tile_slot(&mut self, tile: &SharedTile, index: Reg) -> Reg {
+        match tile.base {
+            SharedBase::Fixed(offset) => self.shared_slot(offset, index, tile.elem),
+            SharedBase::Slot {
+                buffers,
+                bytes,
+                slot,
+            } => {
+                let bytes = self.i32_const(bytes as i64);
+                let offset = self.int(IntOp::Mul, slot, bytes);
+                let start = self.shared_slot(buffers, offset, Type::I8);
+                self.emit(
+                    Op::PtrAdd {
+                        ptr: start,
+                        offset: index,
+                        elem: tile.elem,
+                    },
+                    Type::Ptr(Space::Shared),
+                )
+            }
+        }
+    }
+
     /// The element index (i32) of `coords` in a swizzled tile: [`SwizzledShared::offset`] in
     /// registers.
-    fn swizzled_index(&mut self, layout: &SwizzledShared, coords: &[Reg]) -> Reg {
+    pub(super) fn swizzled_index(&mut self, layout: &SwizzledShared, coords: &[Reg]) -> Reg {
         let (row, col) = (coords[layout.order[1]], coords[layout.order[0]]);
         let log2 = |v: usize| v.trailing_zeros() as i64;
         let per_phase = self.i32_const(log2(layout.per_phase));
@@ -286,7 +314,7 @@ impl Lowering<'_> {
             };
             let position = self.positions(&map).remove(0);
             let index = self.swizzled_index(&tile.layout, &position.coords);
-            addresses.push(self.shared_slot(tile.offset, index, tile.elem));
+            addresses.push(self.tile_slot(&tile, index));
         }
         Ok(Fragments::Shared {
             tile,

@@ -7,18 +7,22 @@ use kiln_dsl::ir::{Inst as TileInst, Value};
 use kiln_dsl::types::DType;
 
 use super::{Lowering, Result, memory_type, unsupported};
+use crate::layout::ThreadMap;
 use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
 
+/// The most one thread moves in one vector access: `ld.global.v4.b32`.
+const VECTOR_BYTES: usize = 16;
+
 /// A block pointer's registers: base, then shape, strides and offsets per dimension (i64).
-struct BlockRegs {
-    base: Reg,
-    shape: Vec<Reg>,
-    strides: Vec<Reg>,
-    offsets: Vec<Reg>,
+pub(super) struct BlockRegs {
+    pub base: Reg,
+    pub shape: Vec<Reg>,
+    pub strides: Vec<Reg>,
+    pub offsets: Vec<Reg>,
 }
 
 impl BlockRegs {
-    fn from_regs(regs: &[Reg]) -> BlockRegs {
+    pub fn from_regs(regs: &[Reg]) -> BlockRegs {
         let rank = (regs.len() - 1) / 3;
         BlockRegs {
             base: regs[0],
@@ -166,44 +170,63 @@ impl Lowering<'_> {
         Ok(block.into_regs())
     }
 
-    /// For each register of a block of layout-mapped `value`: its address, and whether it lies
-    /// inside the array along every checked dimension (`None`: nothing is checked).
-    fn block_addresses(
+    /// The address of the element at `coords` (i32, within the block) of `block`, and whether
+    /// it lies inside the array along every checked dimension (`None`: nothing is checked).
+    pub(super) fn block_address(
         &mut self,
+        block: &BlockRegs,
+        elem: Type,
+        coords: &[Reg],
+        boundary_check: &[usize],
+    ) -> (Reg, Option<Reg>) {
+        let zero = self.int_const(Type::I64, 0);
+        let mut linear = zero;
+        let mut inside: Option<Reg> = None;
+        for (d, &coord) in coords.iter().enumerate() {
+            let coord = self.emit(Op::Cast(Cast::SExt, coord), Type::I64);
+            let index = self.int(IntOp::Add, block.offsets[d], coord);
+            let scaled = self.int(IntOp::Mul, index, block.strides[d]);
+            linear = self.int(IntOp::Add, linear, scaled);
+            if boundary_check.contains(&d) {
+                let above = self.icmp(IntCmp::Sge, index, zero);
+                let below = self.icmp(IntCmp::Slt, index, block.shape[d]);
+                let both = self.int(IntOp::And, above, below);
+                inside = self.and_pred(inside, Some(both));
+            }
+        }
+        (self.ptr_add(block.base, linear, elem), inside)
+    }
+
+    /// The thread map of a block access of `value` through `ptr`, and how many registers one
+    /// vector access moves (1: scalar accesses): a run of the map along the block's stride-1
+    /// dimension, 16 bytes at most, that the divisibility analysis proves aligned.
+    fn block_access(
+        &self,
         inst: &TileInst,
         ptr: Value,
         value: Value,
         boundary_check: &[usize],
-    ) -> Result<Vec<(Reg, Option<Reg>)>> {
-        let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let elem = memory_type(self.dtype(ptr));
+    ) -> Result<(ThreadMap, usize)> {
         let map = self.value_map(inst, value)?.ok_or_else(|| {
             unsupported(
                 inst,
                 "expected a tile through a block pointer, got a scalar",
             )
         })?;
-        let positions = self.positions(&map);
-        let zero = self.int_const(Type::I64, 0);
-        let mut out = Vec::new();
-        for position in positions {
-            let mut linear = zero;
-            let mut inside: Option<Reg> = None;
-            for (d, &coord) in position.coords.iter().enumerate() {
-                let coord = self.emit(Op::Cast(Cast::SExt, coord), Type::I64);
-                let index = self.int(IntOp::Add, block.offsets[d], coord);
-                let scaled = self.int(IntOp::Mul, index, block.strides[d]);
-                linear = self.int(IntOp::Add, linear, scaled);
-                if boundary_check.contains(&d) {
-                    let above = self.icmp(IntCmp::Sge, index, zero);
-                    let below = self.icmp(IntCmp::Slt, index, block.shape[d]);
-                    let both = self.int(IntOp::And, above, below);
-                    inside = self.and_pred(inside, Some(both));
-                }
-            }
-            out.push((self.ptr_add(block.base, linear, elem), inside));
+        let dtype = self.dtype(ptr);
+        if dtype == DType::I1 {
+            return Ok((map, 1));
         }
-        Ok(out)
+        let bytes = dtype.size_bytes();
+        let vector = (0..map.rank())
+            .map(|d| {
+                let run = map.run_along(d, VECTOR_BYTES / bytes);
+                let divisibility = &self.layouts.divisibility;
+                divisibility.vector_elems(ptr, d, boundary_check, bytes, run)
+            })
+            .max()
+            .unwrap_or(1);
+        Ok((map, vector))
     }
 
     /// Reads a block; elements outside the array along checked dimensions read zero.
@@ -214,11 +237,27 @@ impl Lowering<'_> {
         boundary_check: &[usize],
     ) -> Result<Vec<Reg>> {
         let dtype = self.result_dtype(inst)?;
-        let addresses = self.block_addresses(inst, ptr, inst.results[0], boundary_check)?;
-        Ok(addresses
-            .into_iter()
-            .map(|(address, inside)| self.load_register(address, dtype, inside, None))
-            .collect())
+        let (map, vector) = self.block_access(inst, ptr, inst.results[0], boundary_check)?;
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let elem = memory_type(self.dtype(ptr));
+        let positions = self.positions(&map);
+        let mut regs = Vec::new();
+        for chunk in positions.chunks(vector) {
+            let (address, inside) =
+                self.block_address(&block, elem, &chunk[0].coords, boundary_check);
+            if vector == 1 {
+                regs.push(self.load_register(address, dtype, inside, None));
+            } else {
+                regs.extend(self.emit_multi(
+                    Op::LoadVector {
+                        ptr: address,
+                        pred: inside,
+                    },
+                    &vec![elem; vector],
+                ));
+            }
+        }
+        Ok(regs)
     }
 
     pub(super) fn store_block(
@@ -228,12 +267,25 @@ impl Lowering<'_> {
         value: Value,
         boundary_check: &[usize],
     ) -> Result<()> {
-        let owners = self.owners(inst, value)?;
-        let addresses = self.block_addresses(inst, ptr, value, boundary_check)?;
+        let (map, vector) = self.block_access(inst, ptr, value, boundary_check)?;
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let elem = memory_type(self.dtype(ptr));
+        let positions = self.positions(&map);
         let values = self.regs(value)?;
-        for ((&(address, inside), &stored), owner) in addresses.iter().zip(&values).zip(owners) {
-            let pred = self.and_pred(inside, owner);
-            self.store_register(address, stored, pred);
+        for (chunk, stored) in positions.chunks(vector).zip(values.chunks(vector)) {
+            let (address, inside) =
+                self.block_address(&block, elem, &chunk[0].coords, boundary_check);
+            // The elements of a run have one owner: its first element's.
+            let pred = self.and_pred(inside, chunk[0].owner);
+            if vector == 1 {
+                self.store_register(address, stored[0], pred);
+            } else {
+                self.emit_effect(Op::StoreVector {
+                    ptr: address,
+                    values: stored.to_vec(),
+                    pred,
+                });
+            }
         }
         Ok(())
     }

@@ -7,13 +7,15 @@
 //! offsets added where they are used. One module per kind of op:
 //! [`arith`] (elementwise), [`memory`] (pointers, loads, stores, block pointers), [`movement`]
 //! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), [`dot`] (tiles
-//! staged in shared memory, `ldmatrix`, `mma.sync`), [`control`].
+//! staged in shared memory, `ldmatrix`, `mma.sync`), [`control`], [`pipeline`] (`cp.async`
+//! into multi-buffered shared tiles).
 
 mod arith;
 mod control;
 mod dot;
 mod memory;
 mod movement;
+mod pipeline;
 
 use std::collections::HashMap;
 
@@ -81,6 +83,7 @@ pub fn lower(
         shared_bytes: lowering.shared_bytes,
         types: lowering.types,
         body: Block { insts },
+        assumptions: layouts.divisibility.assumptions.clone(),
     })
 }
 
@@ -451,6 +454,12 @@ impl Lowering<'_> {
                 ..
             } => one(self.make_block_ptr(*base, shape, strides, offsets)?),
             TileOp::Advance { ptr, offsets } => one(self.advance(*ptr, offsets)?),
+            // A pipelined load is already in its shared buffer: only `dot`s read it, from there.
+            TileOp::LoadBlock { .. }
+                if self.layouts.pipelined_load(self.current_inst).is_some() =>
+            {
+                one(Vec::new())
+            }
             TileOp::LoadBlock {
                 ptr,
                 boundary_check,
@@ -469,7 +478,7 @@ impl Lowering<'_> {
                 step,
                 init,
                 body,
-            } => self.for_loop(*lower, *upper, *step, init, body),
+            } => self.for_loop(inst, *lower, *upper, *step, init, body),
             TileOp::If {
                 cond,
                 then_region,

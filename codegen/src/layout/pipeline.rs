@@ -1,0 +1,240 @@
+//! Software pipelining, the layout stage's last pass: which loads of a streaming loop are
+//! copied into shared memory with `cp.async`, several iterations ahead.
+//!
+//! A load qualifies (Triton's `Pipeliner` for `mma.sync`) when it sits directly in a `for`
+//! body, reads a block pointer the loop carries and yields advanced by the same amounts every
+//! iteration (`k_block = advance(k_block, [BLOCK_N, 0])`), and only `dot`s read what it loads
+//! (directly or through a `trans` that only dots read), so that the tile need never be in
+//! registers: the layout stage staged it into a swizzled shared tile. The copy must also move 16
+//! bytes per thread and vector ([`Divisibility::vector_elems`]: the block pointer's base,
+//! strides and offsets are aligned, a checked dimension along the vectors is a multiple of
+//! them) from an exclusive blocked layout whose runs fill whole swizzled vectors.
+//!
+//! Such a loop with `num_stages = S` gets `S` shared buffers per load: a prologue issues the
+//! copies of iterations `0 .. S - 2` (one `cp.async` group each); iteration `i` waits for its
+//! own group (`cp.async.wait_group S - 2`), meets the block at a barrier, issues the copies of
+//! iteration `i + S - 1` into the buffer iteration `i - 1` read, then computes on buffer
+//! `i % S` while those copies fly. Rows outside the array, and iterations past the loop's end,
+//! copy zero source bytes (`src_size = 0`: zero-filled, nothing read). The thread stage
+//! ([`crate::thread::lower`]) emits that; this pass only decides, and drops the staging of
+//! each pipelined load.
+
+use std::collections::BTreeMap;
+
+use kiln_dsl::ir::{Inst, Kernel, Op, Region, Value};
+use kiln_dsl::passes::for_each_operand;
+
+use super::divisibility::{Divisibility, advanced_params, constant_int, defined_in, definitions};
+use super::{ConversionKind, Layout, LayoutAssignment, SharedLayout};
+use crate::CompileOptions;
+
+/// Bytes one `cp.async.cg` moves.
+pub const COPY_BYTES: usize = 16;
+
+/// A load a loop streams through shared memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelinedLoad {
+    /// The `load_block`'s pre-order index.
+    pub inst_index: usize,
+    /// What it loads: a tile only `dot`s read, from the shared buffer of the iteration.
+    pub value: Value,
+    /// The carried block pointer it reads.
+    pub param: Value,
+    /// How far the loop advances that pointer per iteration, per dimension.
+    pub deltas: Vec<Delta>,
+    pub boundary_check: Vec<usize>,
+    /// Each buffer's layout: the staging layout the load would otherwise have had.
+    pub shared: SharedLayout,
+}
+
+/// How far a pipelined load's block pointer moves per iteration along one dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delta {
+    Constant(i64),
+    /// A scalar defined before the loop.
+    Value(Value),
+}
+
+/// A pipelined loop: its depth and loads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelinedLoop {
+    pub stages: u32,
+    pub loads: Vec<PipelinedLoad>,
+}
+
+/// Finds the pipelined loads of `kernel` (none below two stages) and records them, by the
+/// pre-order index of their `for`, in `assignment`, dropping their staging conversions.
+pub(super) fn apply(
+    kernel: &Kernel,
+    options: &CompileOptions,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+) {
+    if options.num_stages < 2 {
+        return;
+    }
+    let dot_only = dot_only_values(kernel);
+    let definitions = definitions(kernel);
+    let mut loops = BTreeMap::new();
+    let mut next = 0;
+    find_loops(&kernel.body, &mut next, &mut |for_index, body| {
+        let advanced = advanced_params(body);
+        let inside = defined_in(body);
+        let mut at = for_index + 1;
+        let mut loads = Vec::new();
+        for inst in &body.insts {
+            let inst_index = at;
+            at += inst_count(inst);
+            let Op::LoadBlock {
+                ptr,
+                boundary_check,
+            } = &inst.op
+            else {
+                continue;
+            };
+            let value = inst.results[0];
+            let Some(deltas) = advanced.get(ptr) else {
+                continue;
+            };
+            let deltas: Option<Vec<Delta>> = deltas
+                .iter()
+                .map(|&d| match constant_int(kernel, &definitions, d) {
+                    Some(c) => Some(Delta::Constant(c)),
+                    None if inside.contains(&d) => None,
+                    None => Some(Delta::Value(d)),
+                })
+                .collect();
+            let Some(deltas) = deltas else {
+                continue;
+            };
+            if !dot_only[value.index()] {
+                continue;
+            }
+            let Some(shared) = staging(assignment, value) else {
+                continue;
+            };
+            if !copies_whole_vectors(kernel, assignment, divisibility, inst, &shared) {
+                continue;
+            }
+            loads.push(PipelinedLoad {
+                inst_index,
+                value,
+                param: *ptr,
+                deltas,
+                boundary_check: boundary_check.clone(),
+                shared,
+            });
+        }
+        if !loads.is_empty() {
+            loops.insert(
+                for_index,
+                PipelinedLoop {
+                    stages: options.num_stages,
+                    loads,
+                },
+            );
+        }
+    });
+    for pipelined in loops.values() {
+        for load in &pipelined.loads {
+            for conversions in assignment.conversions.values_mut() {
+                conversions.retain(|c| !(c.value == load.value && c.kind == ConversionKind::Stage));
+            }
+        }
+    }
+    assignment.conversions.retain(|_, c| !c.is_empty());
+    assignment.pipelines = loops;
+}
+
+/// The shared layout `value` is staged into, if the layout stage staged it.
+fn staging(assignment: &LayoutAssignment, value: Value) -> Option<SharedLayout> {
+    assignment.all_conversions().find_map(|c| match &c.to {
+        Layout::Shared(shared) if c.value == value && c.kind == ConversionKind::Stage => {
+            Some(shared.clone())
+        }
+        _ => None,
+    })
+}
+
+/// Whether each thread's part of the load, in its blocked layout, is whole 16-byte vectors
+/// along the contiguous dimension, each landing in one swizzled vector of `shared`, at
+/// addresses the divisibility analysis proves aligned.
+fn copies_whole_vectors(
+    kernel: &Kernel,
+    assignment: &LayoutAssignment,
+    divisibility: &Divisibility,
+    inst: &Inst,
+    shared: &SharedLayout,
+) -> bool {
+    let Op::LoadBlock {
+        ptr,
+        boundary_check,
+    } = &inst.op
+    else {
+        return false;
+    };
+    let value = inst.results[0];
+    let Some(Layout::Blocked(blocked)) = assignment.layout(value) else {
+        return false;
+    };
+    let elem_bytes = kernel.dtype(value).size_bytes();
+    let vec = COPY_BYTES / elem_bytes;
+    let dim = blocked.order[0];
+    let map = blocked.thread_map(kernel.ty(value).shape());
+    map.is_exclusive()
+        && map.run_along(dim, vec) == vec
+        && shared.order[0] == dim
+        && shared.vec as usize >= vec
+        && divisibility.vector_elems(*ptr, dim, boundary_check, elem_bytes, vec) == vec
+}
+
+/// By value: whether every use is a `dot` operand (not an accumulator), directly or through a
+/// `trans` whose every use is one.
+fn dot_only_values(kernel: &Kernel) -> Vec<bool> {
+    let count = kernel.values.len();
+    let (mut uses, mut operand_uses) = (vec![0usize; count], vec![0usize; count]);
+    let mut transposes = Vec::new();
+    let mut next = 0;
+    super::walk_insts(&kernel.body, &mut next, &mut |_, inst| {
+        for_each_operand(&inst.op, |v| uses[v.index()] += 1);
+        match &inst.op {
+            Op::Dot { lhs, rhs, .. } => {
+                operand_uses[lhs.index()] += 1;
+                operand_uses[rhs.index()] += 1;
+            }
+            Op::Trans { value } => transposes.push((*value, inst.results[0])),
+            _ => {}
+        }
+    });
+    for (input, result) in transposes {
+        if uses[result.index()] > 0 && uses[result.index()] == operand_uses[result.index()] {
+            operand_uses[input.index()] += 1;
+        }
+    }
+    (0..count)
+        .map(|v| uses[v] > 0 && uses[v] == operand_uses[v])
+        .collect()
+}
+
+/// Instructions `inst` accounts for in the pre-order numbering: itself and its regions'.
+fn inst_count(inst: &Inst) -> usize {
+    1 + super::assign::nested_regions(&inst.op)
+        .into_iter()
+        .flat_map(|r| &r.insts)
+        .map(inst_count)
+        .sum::<usize>()
+}
+
+/// Calls `f` with the pre-order index and body of every `for` in `region`, outer loops first.
+fn find_loops(region: &Region, next: &mut usize, f: &mut dyn FnMut(usize, &Region)) {
+    for inst in &region.insts {
+        let index = *next;
+        *next += 1;
+        if let Op::For { body, .. } = &inst.op {
+            f(index, body);
+        }
+        for nested in super::assign::nested_regions(&inst.op) {
+            find_loops(nested, next, f);
+        }
+    }
+}

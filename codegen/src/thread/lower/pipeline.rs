@@ -1,0 +1,284 @@
+//! A pipelined loop ([`crate::layout::pipeline`]) in the thread program: its loads become
+//! `cp.async` copies from global into multi-buffered swizzled shared tiles, issued
+//! `stages - 1` iterations ahead.
+//!
+//! ```text
+//! [bar.sync, if staged tiles were read]   // the buffers may have been read by an outer iteration
+//! for s in 0 .. stages - 1: cp.async tile(s) -> buffer s; commit    // the prologue
+//! for iv, slot = 0 (the buffer of this iteration):
+//!     cp.async.wait_group stages - 2      // this thread's copies of this iteration landed
+//!     bar.sync                            // everyone's did, and buffer slot - 1 is read out
+//!     cp.async tile(iv + (stages - 1) step) -> buffer slot - 1; commit
+//!     ... the body, its dots reading buffer slot ...
+//!     yield .., slot + 1 (mod stages)
+//! cp.async.wait_group 0                   // nothing in flight after the loop
+//! ```
+//!
+//! A copy moves 16 bytes; a row outside the array, or an iteration past the loop's end, copies
+//! zero source bytes (zero-filled, nothing read). Every thread commits a group each time, empty
+//! or not, so that the wait counts stay uniform.
+
+use kiln_dsl::ir::{Inst as TileInst, Value};
+
+use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
+use super::memory::BlockRegs;
+use super::{Lowering, Result, memory_type, unsupported};
+use crate::layout::pipeline::COPY_BYTES;
+use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop};
+use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
+
+/// A pipelined loop's buffers and bounds, while its body is lowered.
+pub(super) struct Pipeline {
+    loop_info: PipelinedLoop,
+    /// Each load's first buffer (bytes) and the bytes of one.
+    buffers: Vec<(u32, u32)>,
+    upper: Reg,
+    step: Reg,
+}
+
+impl Lowering<'_> {
+    /// Before the loop: reserves the buffers and issues the copies of the first `stages - 1`
+    /// iterations, from the block pointers the loop starts with (`init`, by carried value).
+    pub(super) fn pipeline_prologue(
+        &mut self,
+        inst: &TileInst,
+        loop_info: &PipelinedLoop,
+        body_params: &[Value],
+        init: &[Vec<Reg>],
+        bounds: [Reg; 3],
+    ) -> Result<Pipeline> {
+        let [lower, upper, step] = bounds;
+        let mut buffers = Vec::new();
+        for load in &loop_info.loads {
+            let bytes = aligned_tile_bytes(self.kernel, load.value);
+            buffers.push((self.next_staged, bytes));
+            self.next_staged += loop_info.stages * bytes;
+        }
+        let pipeline = Pipeline {
+            loop_info: loop_info.clone(),
+            buffers,
+            upper,
+            step,
+        };
+        // The buffers may still be read by what ran before (an outer loop's last iteration).
+        if self.pending.reads {
+            self.barrier();
+        }
+        for ahead in 0..loop_info.stages - 1 {
+            let exists = self.iteration_exists(&pipeline, lower, ahead)?;
+            for (i, load) in loop_info.loads.iter().enumerate() {
+                let carried = carried_index(inst, body_params, load.param)?;
+                let (buffers, bytes) = pipeline.buffers[i];
+                let base = SharedBase::Fixed(buffers + ahead * bytes);
+                self.issue_copies(inst, load, &init[carried], ahead, exists, base)?;
+            }
+            self.emit_effect(Op::CpAsyncCommit);
+        }
+        Ok(pipeline)
+    }
+
+    /// At the top of the body: waits for this iteration's tiles, binds each pipelined load to
+    /// its buffer `slot`, and issues the copies `stages - 1` iterations ahead into the buffer
+    /// the previous iteration read. Returns the next iteration's slot.
+    pub(super) fn pipeline_top(
+        &mut self,
+        inst: &TileInst,
+        pipeline: &Pipeline,
+        body_params: &[Value],
+        params: &[Vec<Reg>],
+        iv: Reg,
+        slot: Reg,
+    ) -> Result<Reg> {
+        let stages = pipeline.loop_info.stages;
+        self.emit_effect(Op::CpAsyncWait {
+            pending: stages - 2,
+        });
+        self.barrier();
+        let zero = self.i32_const(0);
+        let last = self.i32_const(stages as i64 - 1);
+        let one = self.i32_const(1);
+        let is_first = self.icmp(IntCmp::Eq, slot, zero);
+        let before = self.int(IntOp::Sub, slot, one);
+        let write_slot = self.emit(
+            Op::Select {
+                cond: is_first,
+                if_true: last,
+                if_false: before,
+            },
+            Type::I32,
+        );
+        let ahead = stages - 1;
+        let exists = self.iteration_exists(pipeline, iv, ahead)?;
+        for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
+            let (buffers, bytes) = pipeline.buffers[i];
+            let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
+            self.shared_tiles.insert(load.value, tile);
+            let carried = carried_index(inst, body_params, load.param)?;
+            let base = SharedBase::Slot {
+                buffers,
+                bytes,
+                slot: write_slot,
+            };
+            self.issue_copies(inst, load, &params[carried], ahead, exists, base)?;
+        }
+        self.emit_effect(Op::CpAsyncCommit);
+        // With two buffers the next iteration reads the one just written.
+        if stages == 2 {
+            return Ok(write_slot);
+        }
+        let after = self.int(IntOp::Add, slot, one);
+        let stages_reg = self.i32_const(stages as i64);
+        let wraps = self.icmp(IntCmp::Eq, after, stages_reg);
+        Ok(self.emit(
+            Op::Select {
+                cond: wraps,
+                if_true: zero,
+                if_false: after,
+            },
+            Type::I32,
+        ))
+    }
+
+    /// After the loop: no copy stays in flight (the last iterations' copies of iterations past
+    /// the end still zero-fill their buffers).
+    pub(super) fn pipeline_drain(&mut self) {
+        self.emit_effect(Op::CpAsyncWait { pending: 0 });
+    }
+
+    /// Whether iteration `from + ahead * step` of the loop exists: the step is positive,
+    /// `from` is below the upper bound, and so is `from + ahead * step`, tested without a
+    /// wrap as `upper - from > ahead * step` in 64 unsigned bits (the difference of two values
+    /// of the induction variable's type fits them).
+    fn iteration_exists(&mut self, pipeline: &Pipeline, from: Reg, ahead: u32) -> Result<Reg> {
+        let ty = self.ty(from);
+        let zero = self.int_const(ty, 0);
+        let positive = self.icmp(IntCmp::Sgt, pipeline.step, zero);
+        let below = self.icmp(IntCmp::Slt, from, pipeline.upper);
+        let runs = self.int(IntOp::And, positive, below);
+        if ahead == 0 {
+            return Ok(runs);
+        }
+        let widen = |this: &mut Self, r: Reg| match ty {
+            Type::I64 => r,
+            _ => this.emit(Op::Cast(Cast::ZExt, r), Type::I64),
+        };
+        let remaining = self.int(IntOp::Sub, pipeline.upper, from);
+        let remaining = widen(self, remaining);
+        let step = widen(self, pipeline.step);
+        let times = self.int_const(Type::I64, ahead as i64);
+        let distance = self.int(IntOp::Mul, step, times);
+        let beyond = self.icmp(IntCmp::Ugt, remaining, distance);
+        Ok(self.int(IntOp::And, runs, beyond))
+    }
+
+    /// The shared tile of a pipelined load in buffer `slot`.
+    fn buffer_tile(
+        &mut self,
+        inst: &TileInst,
+        load: &PipelinedLoad,
+        buffers: u32,
+        bytes: u32,
+        slot: Reg,
+    ) -> Result<SharedTile> {
+        let shape = self.shape(load.value);
+        let elem = memory_type(self.dtype(load.value));
+        if !matches!(elem, Type::F16 | Type::BF16) {
+            return Err(unsupported(
+                inst,
+                "expected a pipelined load of f16 or bf16",
+            ));
+        }
+        Ok(SharedTile {
+            base: SharedBase::Slot {
+                buffers,
+                bytes,
+                slot,
+            },
+            layout: load.shared.swizzled([shape[0], shape[1]]),
+            elem,
+        })
+    }
+
+    /// This thread's 16-byte copies of `load`'s tile `ahead` iterations after the one `block`
+    /// (a carried block pointer's registers) points at, into the tile at `base`: nothing is
+    /// read where the row is outside the array or the iteration does not exist.
+    fn issue_copies(
+        &mut self,
+        inst: &TileInst,
+        load: &PipelinedLoad,
+        block: &[Reg],
+        ahead: u32,
+        exists: Reg,
+        base: SharedBase,
+    ) -> Result<()> {
+        let mut block = BlockRegs::from_regs(block);
+        for (offset, delta) in block.offsets.iter_mut().zip(&load.deltas) {
+            let distance = match *delta {
+                Delta::Constant(c) => self.int_const(Type::I64, c * ahead as i64),
+                Delta::Value(value) => {
+                    let reg = self.reg(value)?;
+                    let reg = match self.ty(reg) {
+                        Type::I64 => reg,
+                        _ => self.emit(Op::Cast(Cast::SExt, reg), Type::I64),
+                    };
+                    let times = self.int_const(Type::I64, ahead as i64);
+                    self.int(IntOp::Mul, reg, times)
+                }
+            };
+            *offset = self.int(IntOp::Add, *offset, distance);
+        }
+        let Some(Layout::Blocked(blocked)) = self.layouts.layout(load.value).cloned() else {
+            return Err(unsupported(
+                inst,
+                "expected a pipelined load in a blocked layout",
+            ));
+        };
+        let shape = self.shape(load.value);
+        let elem = memory_type(self.dtype(load.value));
+        let tile = SharedTile {
+            base,
+            layout: load.shared.swizzled([shape[0], shape[1]]),
+            elem,
+        };
+        let map = blocked.thread_map(&shape);
+        let vector = COPY_BYTES / elem.bytes() as usize;
+        let positions = self.positions(&map);
+        let full = self.i32_const(COPY_BYTES as i64);
+        let none = self.i32_const(0);
+        for chunk in positions.chunks(vector) {
+            let coords = &chunk[0].coords;
+            let (src, inside) = self.block_address(&block, elem, coords, &load.boundary_check);
+            let index = self.swizzled_index(&tile.layout, coords);
+            let dst = self.tile_slot(&tile, index);
+            let copy = self.and_pred(Some(exists), inside).unwrap_or(exists);
+            let src_bytes = self.emit(
+                Op::Select {
+                    cond: copy,
+                    if_true: full,
+                    if_false: none,
+                },
+                Type::I32,
+            );
+            self.emit_effect(Op::CpAsync {
+                dst,
+                src,
+                src_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Which carried value (0-based, after the induction variable) `param` is.
+fn carried_index(inst: &TileInst, body_params: &[Value], param: Value) -> Result<usize> {
+    body_params
+        .iter()
+        .skip(1)
+        .position(|&p| p == param)
+        .ok_or_else(|| {
+            unsupported(
+                inst,
+                "a pipelined load of a block pointer the loop does not carry",
+            )
+        })
+}
