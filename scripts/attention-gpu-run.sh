@@ -4,6 +4,8 @@
 #
 #     .device/attention/run.sh [RESULTS_DIR]      # default: $OUT, else .device/attention/results
 #
+# 0. kiln-attention-gpu --interp-shapes: the interpreter tests' shapes, forward + backward on the
+#    GPU and on the interpreter (rayon: all cores), every output against the interpreter's.
 # 1. kiln-attention-gpu --check: ragged shapes up to seqlen 16k, forward + backward on the GPU,
 #    inputs and outputs written to a scratch folder; attention_vs_sdpa.py check judges them
 #    against the fp32 reference and PyTorch SDPA in the same dtype (check.txt, check.json).
@@ -21,6 +23,7 @@ trap 'rm -rf "$scratch"' EXIT
 read -r -a extra <<<"${KILN_ATTENTION_ARGS:-}"
 export PYTHONUNBUFFERED=1
 status=0
+"$here/kiln-attention-gpu" --ptx "$here/ptx" --interp-shapes | tee "$results/interp-shapes.txt" || status=1
 "$here/kiln-attention-gpu" --ptx "$here/ptx" --check "$scratch/check" "${extra[@]}" || status=1
 python3 "$here/attention_vs_sdpa.py" check "$scratch/check" --json "$results/check.json" |
     tee "$results/check.txt" || status=1

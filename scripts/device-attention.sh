@@ -4,7 +4,8 @@
 # PyTorch and no Rust reruns the whole check and timing with one command:
 #
 #     scripts/device-attention.sh          # here: build and stage
-#     .device/attention/run.sh             # there: check vs fp32 and SDPA, then timings
+#     .device/attention/run.sh             # there: the interpreter tests' shapes vs the
+#                                          # interpreter, check vs fp32 and SDPA, then timings
 #     scripts/device-attention.sh --run    # on a machine with Rust, a GPU and PyTorch: both
 #
 # The binary links no LLVM: it loads the PTX kiln-codegen made, staged in .device/attention/ptx

@@ -5,108 +5,19 @@
 //!
 //! Inputs are fresh random draws each run (the seed is printed on failure); outputs start
 //! poisoned and must be written everywhere, and the padding of strided outputs must stay untouched
-//! (see `kiln_kernels::attention::check`, which also states the error bars and why).
+//! (see `kiln_kernels::attention::check`, which holds the shape set and states the error bars
+//! and why; the GPU check runs the same set against the interpreter).
 
 use kiln_dsl::DType;
-use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::check::{Tolerance, designed_cases, run_on_interpreter};
 use kiln_kernels::attention::{AttentionParams, Layout, Tensor, config, cpu};
 use kiln_kernels::reference::Rng;
-
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    params: AttentionParams,
-    /// Standard deviation of q and k: 1 gives |s| ~ 1, 10 gives |s| ~ 100.
-    input_scale: f64,
-    layout: LayoutKind,
-}
-
-#[allow(clippy::too_many_arguments, reason = "a table row")]
-fn case(
-    dtype: DType,
-    batch: usize,
-    sq: usize,
-    sk: usize,
-    hq: usize,
-    hkv: usize,
-    d: usize,
-    causal: bool,
-) -> Case {
-    Case {
-        params: AttentionParams {
-            dtype,
-            batch,
-            seqlen_q: sq,
-            seqlen_k: sk,
-            heads_q: hq,
-            heads_kv: hkv,
-            head_dim: d,
-            causal,
-            softmax_scale: AttentionParams::default_scale(d),
-        },
-        input_scale: 1.0,
-        layout: LayoutKind::Packed,
-    }
-}
-
-/// The designed shape set (not a cross product): each line adds something the others lack.
-fn cases() -> Vec<Case> {
-    use DType::{BF16, F16, F32};
-    let mut cases = vec![
-        case(F16, 1, 1, 1, 1, 1, 32, false),
-        case(BF16, 1, 1, 1, 1, 1, 64, true),
-        case(F16, 3, 31, 31, 2, 2, 32, true),
-        case(BF16, 1, 33, 33, 4, 1, 64, false),
-        case(F16, 1, 63, 65, 4, 4, 128, true),
-        case(BF16, 2, 65, 63, 8, 2, 64, true),
-        case(F16, 1, 127, 129, 8, 1, 32, false),
-        case(BF16, 1, 129, 127, 2, 1, 256, true),
-        case(F16, 1, 31, 33, 2, 1, 256, false),
-        case(BF16, 3, 33, 31, 4, 4, 256, false),
-        case(F16, 1, 1000, 1000, 1, 1, 64, true),
-        case(BF16, 1, 1000, 1000, 2, 1, 128, false),
-        case(F16, 1, 1, 1000, 2, 1, 64, true),
-        case(BF16, 1, 1000, 1, 1, 1, 32, true),
-        case(F16, 2, 100, 300, 4, 1, 64, true),
-        case(BF16, 2, 300, 100, 8, 1, 128, true),
-        case(F16, 1, 300, 100, 4, 4, 32, false),
-        case(BF16, 1, 100, 300, 4, 2, 32, false),
-        case(F16, 3, 129, 129, 8, 8, 128, false),
-        case(BF16, 1, 64, 64, 4, 1, 128, true),
-        case(F16, 1, 128, 128, 2, 2, 256, true),
-        case(F32, 1, 77, 91, 4, 1, 64, true),
-        case(F32, 2, 65, 33, 2, 2, 32, false),
-    ];
-    // Scores of |s| ~ 100: exp2 of them overflows f32 unless the row max is subtracted first.
-    for (dtype, causal, d) in [
-        (F16, false, 64),
-        (BF16, true, 128),
-        (F16, true, 32),
-        (BF16, false, 256),
-    ] {
-        let mut c = case(dtype, 1, 97, 70, 4, 2, d, causal);
-        c.input_scale = 10.0;
-        cases.push(c);
-    }
-    // Strided layouts and other softmax scales.
-    for (dtype, layout, causal, scale) in [
-        (F16, LayoutKind::Padded, true, 0.3),
-        (BF16, LayoutKind::HeadsMajor, false, 1.0),
-        (F16, LayoutKind::HeadsMajor, true, 0.125),
-        (BF16, LayoutKind::Padded, false, 0.05),
-    ] {
-        let mut c = case(dtype, 2, 70, 45, 4, 2, 64, causal);
-        c.layout = layout;
-        c.params.softmax_scale = scale;
-        cases.push(c);
-    }
-    cases
-}
 
 #[test]
 fn attention_matches_the_f64_reference() {
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
-    let cases = cases();
+    let cases = designed_cases();
     assert!(
         cases.len() >= 30,
         "the designed set has {} cases",
@@ -141,7 +52,7 @@ fn attention_matches_the_f64_reference() {
 
 #[test]
 fn the_shape_set_steps_around_every_block_size() {
-    let cases = cases();
+    let cases = designed_cases();
     let seqlens: Vec<usize> = cases
         .iter()
         .flat_map(|c| [c.params.seqlen_q, c.params.seqlen_k])

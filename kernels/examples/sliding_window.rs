@@ -167,20 +167,20 @@ pub fn sliding_window_fwd<
 
 /// One call. Tensors are packed `[batch, seqlen, heads, head_dim]`.
 #[derive(Clone, Copy, Debug)]
-struct Window {
-    dtype: DType,
-    batch: usize,
-    heads: usize,
-    seqlen_q: usize,
-    seqlen_k: usize,
-    head_dim: usize,
-    window_left: i32,
-    window_right: i32,
+pub struct Window {
+    pub dtype: DType,
+    pub batch: usize,
+    pub heads: usize,
+    pub seqlen_q: usize,
+    pub seqlen_k: usize,
+    pub head_dim: usize,
+    pub window_left: i32,
+    pub window_right: i32,
     /// `None` turns soft-capping off.
-    softcap: Option<f32>,
-    softmax_scale: f32,
-    block_m: usize,
-    block_n: usize,
+    pub softcap: Option<f32>,
+    pub softmax_scale: f32,
+    pub block_m: usize,
+    pub block_n: usize,
 }
 
 /// Sequences up to 2^29 keep every window bound the kernel computes inside i32.
@@ -191,7 +191,7 @@ impl Window {
         Layout::contiguous(seqlen, self.heads, self.head_dim)
     }
 
-    fn len(&self, seqlen: usize) -> usize {
+    pub fn len(&self, seqlen: usize) -> usize {
         self.batch * seqlen * self.heads * self.head_dim
     }
 
@@ -253,6 +253,58 @@ impl Window {
     }
 }
 
+impl Window {
+    /// The kernel's specialisation, grid and arguments for tensors `q, k, v, o, lse` (of the
+    /// lengths `forward` checks): what `forward` runs here and kiln-runtime's GPU test launches.
+    pub fn launch<'a>(
+        &self,
+        [q, k, v, o, lse]: [&'a HostBuffer; 5],
+    ) -> Result<(Spec, Grid, Vec<KernelArg<'a>>), String> {
+        let (window_left, window_right) = self.validated()?;
+        let spec = Spec::new()
+            .dtype("T", self.dtype)
+            .int("HEAD_DIM", self.head_dim as i64)
+            .int("BLOCK_M", self.block_m as i64)
+            .int("BLOCK_N", self.block_n as i64)
+            .flag("SOFTCAP", self.softcap.is_some());
+        let mut args = vec![
+            KernelArg::Buffer(q),
+            KernelArg::Buffer(k),
+            KernelArg::Buffer(v),
+            KernelArg::Buffer(o),
+            KernelArg::Buffer(lse),
+            KernelArg::I32(self.seqlen_q as i32),
+            KernelArg::I32(self.seqlen_k as i32),
+            KernelArg::I32(self.heads as i32),
+        ];
+        for layout in [
+            self.layout(self.seqlen_q),
+            self.layout(self.seqlen_k),
+            self.layout(self.seqlen_k),
+            self.layout(self.seqlen_q),
+        ] {
+            args.extend([
+                KernelArg::I64(layout.batch_stride),
+                KernelArg::I64(layout.seq_stride),
+                KernelArg::I64(layout.head_stride),
+            ]);
+        }
+        args.extend([
+            KernelArg::I32(window_left),
+            KernelArg::I32(window_right),
+            KernelArg::F32(self.softmax_scale),
+            // Unused when the cap is off (SOFTCAP = false builds no cap).
+            KernelArg::F32(self.softcap.unwrap_or(1.0)),
+        ]);
+        let grid = Grid::new(
+            self.seqlen_q.div_ceil(self.block_m) as u32,
+            (self.batch * self.heads) as u32,
+            1,
+        );
+        Ok((spec, grid, args))
+    }
+}
+
 /// Runs the kernel on the interpreter: writes `o` (like `q`) and `lse`.
 fn forward(
     p: &Window,
@@ -262,7 +314,7 @@ fn forward(
     o: &HostBuffer,
     lse: &HostBuffer,
 ) -> Result<(), String> {
-    let (window_left, window_right) = p.validated()?;
+    p.validated()?;
     for (name, buffer, dtype, len) in [
         ("q", q, p.dtype, p.len(p.seqlen_q)),
         ("k", k, p.dtype, p.len(p.seqlen_k)),
@@ -278,47 +330,8 @@ fn forward(
             ));
         }
     }
-    let spec = Spec::new()
-        .dtype("T", p.dtype)
-        .int("HEAD_DIM", p.head_dim as i64)
-        .int("BLOCK_M", p.block_m as i64)
-        .int("BLOCK_N", p.block_n as i64)
-        .flag("SOFTCAP", p.softcap.is_some());
+    let (spec, grid, args) = p.launch([q, k, v, o, lse])?;
     let kernel = sliding_window_fwd::build(&spec).map_err(|e| e.to_string())?;
-    let mut args = vec![
-        KernelArg::Buffer(q),
-        KernelArg::Buffer(k),
-        KernelArg::Buffer(v),
-        KernelArg::Buffer(o),
-        KernelArg::Buffer(lse),
-        KernelArg::I32(p.seqlen_q as i32),
-        KernelArg::I32(p.seqlen_k as i32),
-        KernelArg::I32(p.heads as i32),
-    ];
-    for layout in [
-        p.layout(p.seqlen_q),
-        p.layout(p.seqlen_k),
-        p.layout(p.seqlen_k),
-        p.layout(p.seqlen_q),
-    ] {
-        args.extend([
-            KernelArg::I64(layout.batch_stride),
-            KernelArg::I64(layout.seq_stride),
-            KernelArg::I64(layout.head_stride),
-        ]);
-    }
-    args.extend([
-        KernelArg::I32(window_left),
-        KernelArg::I32(window_right),
-        KernelArg::F32(p.softmax_scale),
-        // Unused when the cap is off (SOFTCAP = false builds no cap).
-        KernelArg::F32(p.softcap.unwrap_or(1.0)),
-    ]);
-    let grid = Grid::new(
-        p.seqlen_q.div_ceil(p.block_m) as u32,
-        (p.batch * p.heads) as u32,
-        1,
-    );
     kiln_dsl::run(&kernel, grid, &args).map_err(|e| e.to_string())
 }
 
@@ -422,6 +435,67 @@ fn run_case(p: &Window, seed: u64) -> Result<Errors, String> {
     })
 }
 
+/// The tests' shapes, each in f16 (the tests run them in bf16 too; kiln-runtime's GPU test runs
+/// both on the GPU).
+#[cfg_attr(
+    not(test),
+    allow(
+        dead_code,
+        reason = "the tests and kiln-runtime's GPU cases use it, not main"
+    )
+)]
+pub fn test_cases() -> Vec<Window> {
+    vec![
+        // A local causal window on a ragged sequence.
+        case([1, 2, 37, 37], 32, (8, 0), Some(5.0), (32, 16)),
+        // seqlen_q > seqlen_k, window 0 both sides: the first rows see no key at all.
+        case([2, 1, 50, 33], 32, (0, 0), None, (32, 16)),
+        // Right side only, seqlen_q < seqlen_k.
+        case([1, 1, 17, 81], 64, (-1, 5), Some(2.0), (32, 16)),
+        // Left side only.
+        case([1, 2, 33, 65], 32, (3, -1), None, (16, 16)),
+        // Left window 0 only (a row sees its diagonal and after), seqlen_q > seqlen_k.
+        case([1, 1, 33, 17], 32, (0, -1), Some(4.0), (16, 16)),
+        // Windows longer than either sequence: plain attention.
+        case([1, 1, 40, 40], 32, (1000, 1000), Some(30.0), (32, 16)),
+        // Both sides unbounded, blocks larger than the sequences.
+        case([1, 1, 31, 45], 32, (-1, -1), None, (64, 64)),
+        // One query, one key, a tight cap.
+        case([1, 1, 1, 1], 32, (-1, -1), Some(1.0), (16, 16)),
+        // A small two-sided window far down a long key sequence: most key tiles are skipped.
+        case([1, 1, 40, 200], 32, (10, 3), Some(5.0), (16, 16)),
+        // seqlen_q > seqlen_k with a window: late rows see the last keys, early rows none.
+        case([1, 1, 65, 16], 32, (2, 7), Some(3.0), (32, 16)),
+        // Windows of block - 1 and block + 1 keys.
+        case([1, 1, 63, 97], 64, (15, 17), None, (32, 16)),
+    ]
+}
+
+/// An f16 case at the default scale (the test runs it in bf16 too): `[batch, heads,
+/// seqlen_q, seqlen_k]`, head_dim, `(window_left, window_right)`, softcap, `(block_m, block_n)`.
+fn case(
+    [batch, heads, seqlen_q, seqlen_k]: [usize; 4],
+    head_dim: usize,
+    (window_left, window_right): (i32, i32),
+    softcap: Option<f32>,
+    (block_m, block_n): (usize, usize),
+) -> Window {
+    Window {
+        dtype: DType::F16,
+        batch,
+        heads,
+        seqlen_q,
+        seqlen_k,
+        head_dim,
+        window_left,
+        window_right,
+        softcap,
+        softmax_scale: 1.0 / (head_dim as f32).sqrt(),
+        block_m,
+        block_n,
+    }
+}
+
 fn main() {
     let p = Window {
         dtype: DType::BF16,
@@ -461,57 +535,9 @@ mod tests {
         }
     }
 
-    /// An f16 case at the default scale (the test runs it in bf16 too): `[batch, heads,
-    /// seqlen_q, seqlen_k]`, head_dim, `(window_left, window_right)`, softcap, `(block_m, block_n)`.
-    fn case(
-        [batch, heads, seqlen_q, seqlen_k]: [usize; 4],
-        head_dim: usize,
-        (window_left, window_right): (i32, i32),
-        softcap: Option<f32>,
-        (block_m, block_n): (usize, usize),
-    ) -> Window {
-        Window {
-            dtype: DType::F16,
-            batch,
-            heads,
-            seqlen_q,
-            seqlen_k,
-            head_dim,
-            window_left,
-            window_right,
-            softcap,
-            softmax_scale: 1.0 / (head_dim as f32).sqrt(),
-            block_m,
-            block_n,
-        }
-    }
-
     #[test]
     fn matches_the_f64_reference() {
-        let cases = [
-            // A local causal window on a ragged sequence.
-            case([1, 2, 37, 37], 32, (8, 0), Some(5.0), (32, 16)),
-            // seqlen_q > seqlen_k, window 0 both sides: the first rows see no key at all.
-            case([2, 1, 50, 33], 32, (0, 0), None, (32, 16)),
-            // Right side only, seqlen_q < seqlen_k.
-            case([1, 1, 17, 81], 64, (-1, 5), Some(2.0), (32, 16)),
-            // Left side only.
-            case([1, 2, 33, 65], 32, (3, -1), None, (16, 16)),
-            // Left window 0 only (a row sees its diagonal and after), seqlen_q > seqlen_k.
-            case([1, 1, 33, 17], 32, (0, -1), Some(4.0), (16, 16)),
-            // Windows longer than either sequence: plain attention.
-            case([1, 1, 40, 40], 32, (1000, 1000), Some(30.0), (32, 16)),
-            // Both sides unbounded, blocks larger than the sequences.
-            case([1, 1, 31, 45], 32, (-1, -1), None, (64, 64)),
-            // One query, one key, a tight cap.
-            case([1, 1, 1, 1], 32, (-1, -1), Some(1.0), (16, 16)),
-            // A small two-sided window far down a long key sequence: most key tiles are skipped.
-            case([1, 1, 40, 200], 32, (10, 3), Some(5.0), (16, 16)),
-            // seqlen_q > seqlen_k with a window: late rows see the last keys, early rows none.
-            case([1, 1, 65, 16], 32, (2, 7), Some(3.0), (32, 16)),
-            // Windows of block - 1 and block + 1 keys.
-            case([1, 1, 63, 97], 64, (15, 17), None, (32, 16)),
-        ];
+        let cases = test_cases();
         let seed = Rng::fresh_seed();
         for (index, f16_case) in cases.iter().enumerate() {
             for dtype in [DType::F16, DType::BF16] {

@@ -10,6 +10,14 @@
 //!     with every output and the delta workspace poisoned (NaN) first; writes each case's inputs
 //!     and outputs as raw little-endian files and a `case.json` under DIR/<case>/. The judge is
 //!     `scripts/attention_vs_sdpa.py check DIR` (fp32 reference, PyTorch SDPA's error as the bar).
+//! kiln-attention-gpu --interp-shapes [--ptx DIR] [--filter TEXT]
+//!     the interpreter tests' designed shapes (`attention::check::designed_cases`, but the f32
+//!     ones: the kernels are compiled for f16 and bf16), each in its strided layout: forward +
+//!     backward on the GPU with every output poisoned (padding too) and on the interpreter on
+//!     the same inputs; every GPU output against the interpreter's with the interpreter tests'
+//!     measures and bars (`check::Tolerance`: worst-row relative error, the gradients' also
+//!     against the size of their terms), every element written, padding untouched, LSE -inf
+//!     exactly where the interpreter has it. Prints a table; exits non-zero on a failure.
 //! kiln-attention-gpu --time [--ptx DIR] [--seqs 1024,2048] [--rep N]
 //!     forward and backward (preprocess + dQ + dK/dV) at the FlashAttention benchmark setup
 //!     (bf16, head dims 64 and 128, causal and not, batch = 16384 / seqlen, heads = 2048 /
@@ -29,10 +37,12 @@ use std::process::ExitCode;
 
 use half::{bf16, f16};
 use kiln_dsl::{DType, Kernel};
+use kiln_kernels::attention::check::{self, Inputs, Outputs, StridedTensor, Tolerance};
 use kiln_kernels::attention::plan::{
     self, Arg, AttentionKernel, BackwardLayouts, ForwardLayouts, Launch, Role,
 };
 use kiln_kernels::attention::{AttentionParams, Layout};
+use kiln_kernels::reference::Rng;
 use kiln_runtime::{Device, DeviceBuffer, Function, LaunchArg, LaunchConfig, ParamType};
 
 type Result<T> = std::result::Result<T, String>;
@@ -147,10 +157,15 @@ fn load(
 
 /// The launches of a call with packed tensors: the forward's, then the backward's.
 fn launches(p: &AttentionParams) -> Result<Vec<Launch>> {
-    let (q, k) = (
+    strided_launches(
+        p,
         Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim),
         Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim),
-    );
+    )
+}
+
+/// The launches of a call whose Q, O, dO and dQ are laid out as `q`, K, V, dK and dV as `k`.
+fn strided_launches(p: &AttentionParams, q: Layout, k: Layout) -> Result<Vec<Launch>> {
     let forward =
         plan::forward(p, &ForwardLayouts { q, k, v: k, o: q }).map_err(|e| e.to_string())?;
     let layouts = BackwardLayouts {
@@ -507,6 +522,172 @@ fn check(device: &Device, cache: &mut Cache<'_>, out: &Path, filter: &str) -> Re
     Ok(all_ran)
 }
 
+// ---- --interp-shapes ----
+
+/// The designed cases the GPU runs (the f32 ones are the interpreter's only), with names.
+fn interp_cases() -> Vec<(String, check::Case)> {
+    check::designed_cases()
+        .into_iter()
+        .filter(|c| c.params.dtype != DType::F32)
+        .map(|c| {
+            let p = &c.params;
+            let mask = if p.causal { "_causal" } else { "" };
+            let name = format!(
+                "{}_d{}{mask}_b{}_q{}_k{}_h{}x{}_{:?}_s{:.3}{}",
+                p.dtype,
+                p.head_dim,
+                p.batch,
+                p.seqlen_q,
+                p.seqlen_k,
+                p.heads_q,
+                p.heads_kv,
+                c.layout,
+                p.softmax_scale,
+                if c.input_scale > 1.0 { "_large" } else { "" }
+            );
+            (name, c)
+        })
+        .collect()
+}
+
+/// One designed case on the GPU and the interpreter: the GPU's report against the interpreter,
+/// with the f64 reference's sizes of the gradients' terms.
+fn interp_one(
+    device: &Device,
+    cache: &mut Cache<'_>,
+    c: &check::Case,
+    seed: u64,
+) -> Result<check::Report> {
+    let p = &c.params;
+    let inputs = Inputs::random(p, c.layout, c.input_scale, &mut Rng::new(seed));
+    let interpreter = Outputs::poisoned(p, &inputs);
+    check::run_interpreter(p, &inputs, &interpreter).map_err(|e| e.to_string())?;
+    let faults = interpreter.faults();
+    if !faults.is_empty() {
+        return Err(format!("the interpreter: {}", faults.join("; ")));
+    }
+    // The device gets the inputs and the poison (padding included) as the interpreter had them.
+    let poisoned = Outputs::poisoned(p, &inputs);
+    let up = |b: &kiln_dsl::HostBuffer| device.upload(b).map_err(runtime);
+    let t = Tensors {
+        q: up(&inputs.q.buffer)?,
+        k: up(&inputs.k.buffer)?,
+        v: up(&inputs.v.buffer)?,
+        d_o: up(&inputs.d_o.buffer)?,
+        o: up(&poisoned.o.buffer)?,
+        lse: up(&poisoned.lse)?,
+        dq: up(&poisoned.dq.buffer)?,
+        dk: up(&poisoned.dk.buffer)?,
+        dv: up(&poisoned.dv.buffer)?,
+        delta: up(&poisoned.delta)?,
+    };
+    let kernels = cache.get(p)?;
+    for launch in strided_launches(p, inputs.q.layout, inputs.k.layout)? {
+        run(device, kernels, &launch, &t)?;
+    }
+    device.synchronize().map_err(runtime)?;
+    let down = |b: &DeviceBuffer| b.to_host(device).map_err(runtime);
+    let like = |b: &DeviceBuffer, t: &StridedTensor| -> Result<StridedTensor> {
+        Ok(StridedTensor {
+            buffer: down(b)?,
+            layout: t.layout,
+            dims: t.dims,
+        })
+    };
+    let gpu = Outputs {
+        o: like(&t.o, &poisoned.o)?,
+        lse: down(&t.lse)?,
+        dq: like(&t.dq, &poisoned.dq)?,
+        dk: like(&t.dk, &poisoned.dk)?,
+        dv: like(&t.dv, &poisoned.dv)?,
+        delta: down(&t.delta)?,
+    };
+    let want = interpreter.as_reference(inputs.reference(p));
+    Ok(gpu.compare(p, &want, c.input_scale > 1.0))
+}
+
+/// Runs every designed case; prints one row per case and the worst error of each output per
+/// dtype against its bar. Returns whether all passed.
+fn interp_shapes(device: &Device, cache: &mut Cache<'_>, filter: &str) -> Result<bool> {
+    println!(
+        "GPU vs interpreter, worst-row relative error (gradients at |s|~100: against their terms)"
+    );
+    println!(
+        "{:52} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}  result",
+        "case", "o", "lse", "dq", "dk", "dv", "dq/terms", "dk/terms", "dv/terms"
+    );
+    let mut worst = std::collections::BTreeMap::<(&str, bool), [f64; 8]>::new();
+    let (mut passed, mut failed) = (0, 0);
+    for (index, (name, c)) in interp_cases().into_iter().enumerate() {
+        if !name.contains(filter) {
+            continue;
+        }
+        let start = std::time::Instant::now();
+        let report = match interp_one(device, cache, &c, 7919 * index as u64 + 11) {
+            Ok(report) => report,
+            Err(e) => {
+                println!("{name:52} FAILED: {e}");
+                failed += 1;
+                continue;
+            }
+        };
+        let [cq, ck, cv] = report.conditioned;
+        let errors = [
+            report.o, report.lse, report.dq, report.dk, report.dv, cq, ck, cv,
+        ];
+        let w = worst
+            .entry((c.params.dtype.name(), report.large_scores))
+            .or_default();
+        for (slot, err) in w.iter_mut().zip(errors) {
+            *slot = slot.max(err);
+        }
+        let failures = report.failures(Tolerance::for_dtype(c.params.dtype));
+        let mut row = format!("{name:52}");
+        for err in errors {
+            let _ = write!(row, " {err:>9.2e}");
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if failures.is_empty() {
+            println!("{row}  ok ({seconds:.1} s)");
+            passed += 1;
+        } else {
+            println!("{row}  FAILED ({seconds:.1} s)");
+            for failure in failures {
+                println!("    {failure}");
+            }
+            failed += 1;
+        }
+    }
+    println!(
+        "worst per output (bars: check::Tolerance; dQ, dK, dV at |s|~100 judged against their terms only):"
+    );
+    for ((dtype, large), errors) in &worst {
+        let bars = Tolerance::for_dtype(DType::from_name(dtype).unwrap_or(DType::F32));
+        let grad = if *large {
+            "-".to_string()
+        } else {
+            format!("{:.1e}", bars.grad)
+        };
+        println!(
+            "  {dtype} {}: o {:.2e} (bar {:.1e}), lse {:.2e} ({:.1e}), dq {:.2e} / dk {:.2e} / dv {:.2e} ({grad}), against terms {:.2e} / {:.2e} / {:.2e} ({:.1e})",
+            if *large { "|s|~100" } else { "|s|~1" },
+            errors[0],
+            bars.o,
+            errors[1],
+            bars.lse,
+            errors[2],
+            errors[3],
+            errors[4],
+            errors[5],
+            errors[6],
+            errors[7],
+            bars.grad_terms
+        );
+    }
+    println!("{passed} cases agree with the interpreter, {failed} do not");
+    Ok(failed == 0 && passed > 0)
+}
+
 // ---- --time ----
 
 /// Median GPU time in ms of `samples` calls of `body` after `warmup` calls, each call timed
@@ -616,12 +797,17 @@ fn timed_shapes(seqs: &[usize]) -> Vec<(usize, bool, usize, usize, usize)> {
     shapes
 }
 
-/// Without a GPU: the check's cases, the timed shapes, and the PTX each needs (sm_90a), with
-/// what the set lacks; an error if it lacks any.
+/// Without a GPU: the check's cases, the interpreter shapes, the timed shapes, and the PTX each
+/// needs (sm_90a), with what the set lacks; an error if it lacks any.
 fn plan(set: &PtxSet, options: &Options) -> Result<()> {
     println!("PTX from {} ({} entries)", set.source, set.entries.len());
     let mut calls: Vec<(String, AttentionParams)> = check_cases()
         .into_iter()
+        .chain(
+            interp_cases()
+                .into_iter()
+                .map(|(name, c)| (format!("interp {name}"), c.params)),
+        )
         .filter(|(name, _)| name.contains(&options.filter))
         .collect();
     for (head_dim, causal, n, b, h) in timed_shapes(&options.seqs) {
@@ -663,6 +849,7 @@ fn plan(set: &PtxSet, options: &Options) -> Result<()> {
 
 struct Options {
     check: Option<PathBuf>,
+    interp_shapes: bool,
     time: bool,
     plan: bool,
     ptx: Option<PathBuf>,
@@ -674,6 +861,7 @@ struct Options {
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options {
         check: None,
+        interp_shapes: false,
         time: false,
         plan: false,
         ptx: None,
@@ -690,6 +878,7 @@ fn parse(args: &[String]) -> Result<Options> {
         };
         match arg.as_str() {
             "--check" => options.check = Some(PathBuf::from(value()?)),
+            "--interp-shapes" => options.interp_shapes = true,
             "--time" => options.time = true,
             "--plan" => options.plan = true,
             "--ptx" => options.ptx = Some(PathBuf::from(value()?)),
@@ -730,10 +919,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if options.check.is_none() && !options.time && !options.plan {
+    if options.check.is_none() && !options.interp_shapes && !options.time && !options.plan {
         eprintln!(
-            "usage: kiln-attention-gpu --check DIR | --time | --plan [--ptx DIR] \
-             [--filter TEXT] [--seqs 1024,2048] [--rep N]"
+            "usage: kiln-attention-gpu --check DIR | --interp-shapes | --time | --plan \
+             [--ptx DIR] [--filter TEXT] [--seqs 1024,2048] [--rep N]"
         );
         return ExitCode::FAILURE;
     }
@@ -788,6 +977,15 @@ fn main() -> ExitCode {
     if let Some(dir) = &options.check {
         match check(&device, &mut cache, dir, &options.filter) {
             Ok(all_ran) => ok &= all_ran,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ok = false;
+            }
+        }
+    }
+    if options.interp_shapes {
+        match interp_shapes(&device, &mut cache, &options.filter) {
+            Ok(all_passed) => ok &= all_passed,
             Err(e) => {
                 eprintln!("error: {e}");
                 ok = false;

@@ -6,7 +6,7 @@ use kiln_dsl::{DType, HostBuffer};
 
 use super::cpu::{self, BackwardOutputs};
 use super::{AttentionError, AttentionParams, Layout, Tensor};
-use crate::reference::{self, Rng, row_error, row_error_conditioned};
+use crate::reference::{self, AttentionReference, Rng, row_error, row_error_conditioned};
 
 /// How far from the f64 reference each output may be, in units of the dtype's unit roundoff u
 /// (f16: 2^-11 = 4.9e-4, bf16: 2^-8 = 3.9e-3).
@@ -220,6 +220,291 @@ impl Report {
     }
 }
 
+/// One case of the designed shape set.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub params: AttentionParams,
+    /// Standard deviation of q and k: 1 gives |s| ~ 1, 10 gives |s| ~ 100.
+    pub input_scale: f64,
+    pub layout: LayoutKind,
+}
+
+fn case(
+    dtype: DType,
+    batch: usize,
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    causal: bool,
+) -> Case {
+    Case {
+        params: AttentionParams {
+            dtype,
+            batch,
+            seqlen_q: sq,
+            seqlen_k: sk,
+            heads_q: hq,
+            heads_kv: hkv,
+            head_dim: d,
+            causal,
+            softmax_scale: AttentionParams::default_scale(d),
+        },
+        input_scale: 1.0,
+        layout: LayoutKind::Packed,
+    }
+}
+
+/// The designed shape set (not a cross product): each line adds something the others lack.
+/// The interpreter tests run all of it against f64; the GPU check all but the f32 cases (the
+/// kernels are compiled for f16 and bf16 only) against the interpreter.
+pub fn designed_cases() -> Vec<Case> {
+    use DType::{BF16, F16, F32};
+    let mut cases = vec![
+        case(F16, 1, 1, 1, 1, 1, 32, false),
+        case(BF16, 1, 1, 1, 1, 1, 64, true),
+        case(F16, 3, 31, 31, 2, 2, 32, true),
+        case(BF16, 1, 33, 33, 4, 1, 64, false),
+        case(F16, 1, 63, 65, 4, 4, 128, true),
+        case(BF16, 2, 65, 63, 8, 2, 64, true),
+        case(F16, 1, 127, 129, 8, 1, 32, false),
+        case(BF16, 1, 129, 127, 2, 1, 256, true),
+        case(F16, 1, 31, 33, 2, 1, 256, false),
+        case(BF16, 3, 33, 31, 4, 4, 256, false),
+        case(F16, 1, 1000, 1000, 1, 1, 64, true),
+        case(BF16, 1, 1000, 1000, 2, 1, 128, false),
+        case(F16, 1, 1, 1000, 2, 1, 64, true),
+        case(BF16, 1, 1000, 1, 1, 1, 32, true),
+        case(F16, 2, 100, 300, 4, 1, 64, true),
+        case(BF16, 2, 300, 100, 8, 1, 128, true),
+        case(F16, 1, 300, 100, 4, 4, 32, false),
+        case(BF16, 1, 100, 300, 4, 2, 32, false),
+        case(F16, 3, 129, 129, 8, 8, 128, false),
+        case(BF16, 1, 64, 64, 4, 1, 128, true),
+        case(F16, 1, 128, 128, 2, 2, 256, true),
+        case(F32, 1, 77, 91, 4, 1, 64, true),
+        case(F32, 2, 65, 33, 2, 2, 32, false),
+    ];
+    // Scores of |s| ~ 100: exp2 of them overflows f32 unless the row max is subtracted first.
+    for (dtype, causal, d) in [
+        (F16, false, 64),
+        (BF16, true, 128),
+        (F16, true, 32),
+        (BF16, false, 256),
+    ] {
+        let mut c = case(dtype, 1, 97, 70, 4, 2, d, causal);
+        c.input_scale = 10.0;
+        cases.push(c);
+    }
+    // Strided layouts and other softmax scales.
+    for (dtype, layout, causal, scale) in [
+        (F16, LayoutKind::Padded, true, 0.3),
+        (BF16, LayoutKind::HeadsMajor, false, 1.0),
+        (F16, LayoutKind::HeadsMajor, true, 0.125),
+        (BF16, LayoutKind::Padded, false, 0.05),
+    ] {
+        let mut c = case(dtype, 2, 70, 45, 4, 2, 64, causal);
+        c.layout = layout;
+        c.params.softmax_scale = scale;
+        cases.push(c);
+    }
+    cases
+}
+
+/// The inputs of one call in a strided layout, their padding poisoned.
+#[derive(Debug)]
+pub struct Inputs {
+    pub q: StridedTensor,
+    pub k: StridedTensor,
+    pub v: StridedTensor,
+    pub d_o: StridedTensor,
+}
+
+impl Inputs {
+    /// Fresh inputs from `rng`: q and k with standard deviation `input_scale`, v and dO with 1.
+    pub fn random(
+        p: &AttentionParams,
+        layout: LayoutKind,
+        input_scale: f64,
+        rng: &mut Rng,
+    ) -> Inputs {
+        let qdims = [p.batch, p.seqlen_q, p.heads_q, p.head_dim];
+        let kdims = [p.batch, p.seqlen_k, p.heads_kv, p.head_dim];
+        let ql = layout.layout(p.seqlen_q, p.heads_q, p.head_dim);
+        let kl = layout.layout(p.seqlen_k, p.heads_kv, p.head_dim);
+        let mut input = |dims: [usize; 4], layout, scale| {
+            let n = dims.iter().product();
+            StridedTensor::from_dense(p.dtype, layout, dims, &rng.normals(n, scale))
+        };
+        Inputs {
+            q: input(qdims, ql, input_scale),
+            k: input(kdims, kl, input_scale),
+            v: input(kdims, kl, 1.0),
+            d_o: input(qdims, ql, 1.0),
+        }
+    }
+
+    /// The f64 reference of forward and backward on these (rounded) inputs.
+    pub fn reference(&self, p: &AttentionParams) -> AttentionReference {
+        reference::attention(
+            p,
+            &self.q.to_dense(),
+            &self.k.to_dense(),
+            &self.v.to_dense(),
+            &self.d_o.to_dense(),
+        )
+    }
+}
+
+/// The outputs of one forward + backward call, in the inputs' layout: O, dQ, dK and dV as
+/// strided tensors, LSE and the `delta` workspace as `[batch, heads_q, seqlen_q]` f32.
+#[derive(Debug)]
+pub struct Outputs {
+    pub o: StridedTensor,
+    pub lse: HostBuffer,
+    pub dq: StridedTensor,
+    pub dk: StridedTensor,
+    pub dv: StridedTensor,
+    pub delta: HostBuffer,
+}
+
+impl Outputs {
+    /// Outputs shaped for `inputs`, every element poisoned.
+    pub fn poisoned(p: &AttentionParams, inputs: &Inputs) -> Outputs {
+        let like = |t: &StridedTensor| StridedTensor::poisoned(p.dtype, t.layout, t.dims);
+        Outputs {
+            o: like(&inputs.q),
+            lse: HostBuffer::poisoned(DType::F32, p.lse_len()),
+            dq: like(&inputs.q),
+            dk: like(&inputs.k),
+            dv: like(&inputs.v),
+            delta: HostBuffer::poisoned(DType::F32, p.lse_len()),
+        }
+    }
+
+    /// What is wrong whatever the tolerance: elements left unwritten (or NaN), writes into
+    /// padding.
+    pub fn faults(&self) -> Vec<String> {
+        let mut faults = Vec::new();
+        for (name, t) in [
+            ("o", &self.o),
+            ("dq", &self.dq),
+            ("dk", &self.dk),
+            ("dv", &self.dv),
+        ] {
+            let unwritten = t.to_dense().iter().filter(|x| x.is_nan()).count();
+            if unwritten > 0 {
+                faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
+            }
+            if !t.padding_untouched() {
+                faults.push(format!("{name} written outside its shape"));
+            }
+        }
+        for (name, b) in [("lse", &self.lse), ("delta", &self.delta)] {
+            let unwritten = b.poisoned_indices().len();
+            if unwritten > 0 {
+                faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
+            }
+        }
+        faults
+    }
+
+    /// Compares with `want` (dense, as the reference gives them; its terms condition the
+    /// gradient errors): the worst-row errors, and [`Outputs::faults`] plus every row whose
+    /// LSE is -inf in one and not the other.
+    pub fn compare(
+        &self,
+        p: &AttentionParams,
+        want: &AttentionReference,
+        large_scores: bool,
+    ) -> Report {
+        let mut report = Report {
+            large_scores,
+            faults: self.faults(),
+            ..Report::default()
+        };
+        for (i, (got, &want)) in self.lse.to_f64().into_iter().zip(&want.lse).enumerate() {
+            if want == f64::NEG_INFINITY || got == f64::NEG_INFINITY {
+                if got != want {
+                    report
+                        .faults
+                        .push(format!("lse[{i}] is {got}, the reference has {want}"));
+                }
+            } else {
+                report.lse = report.lse.max((got - want).abs() / want.abs().max(1.0));
+            }
+        }
+        let d = p.head_dim;
+        let (dq, dk, dv) = (self.dq.to_dense(), self.dk.to_dense(), self.dv.to_dense());
+        report.o = row_error(&self.o.to_dense(), &want.o, d);
+        report.conditioned = [
+            row_error_conditioned(&dq, &want.dq, Some(&want.dq_terms), d),
+            row_error_conditioned(&dk, &want.dk, Some(&want.dk_terms), d),
+            row_error_conditioned(&dv, &want.dv, Some(&want.dv_terms), d),
+        ];
+        // A gradient that is zero throughout (one key: the softmax passes no gradient to the
+        // scores) has no relative error; its error against its terms stands for it.
+        let plain = |got: &[f64], want: &[f64], conditioned: f64| {
+            if want.iter().all(|&w| w == 0.0) {
+                conditioned
+            } else {
+                row_error(got, want, d)
+            }
+        };
+        report.dq = plain(&dq, &want.dq, report.conditioned[0]);
+        report.dk = plain(&dk, &want.dk, report.conditioned[1]);
+        report.dv = plain(&dv, &want.dv, report.conditioned[2]);
+        report
+    }
+
+    /// The outputs as the reference gives them (dense, f64), with `terms`' sizes of the
+    /// gradients' terms: what another run of the same call is compared against.
+    pub fn as_reference(&self, terms: AttentionReference) -> AttentionReference {
+        AttentionReference {
+            o: self.o.to_dense(),
+            lse: self.lse.to_f64(),
+            dq: self.dq.to_dense(),
+            dk: self.dk.to_dense(),
+            dv: self.dv.to_dense(),
+            ..terms
+        }
+    }
+}
+
+/// Forward and backward on the interpreter, `outputs` written.
+pub fn run_interpreter(
+    p: &AttentionParams,
+    inputs: &Inputs,
+    outputs: &Outputs,
+) -> Result<(), AttentionError> {
+    let Inputs { q, k, v, d_o } = inputs;
+    cpu::forward(
+        p,
+        q.as_tensor(),
+        k.as_tensor(),
+        v.as_tensor(),
+        outputs.o.as_tensor(),
+        &outputs.lse,
+    )?;
+    let grads = BackwardOutputs {
+        dq: outputs.dq.as_tensor(),
+        dk: outputs.dk.as_tensor(),
+        dv: outputs.dv.as_tensor(),
+        delta: &outputs.delta,
+    };
+    cpu::backward(
+        p,
+        q.as_tensor(),
+        k.as_tensor(),
+        v.as_tensor(),
+        outputs.o.as_tensor(),
+        d_o.as_tensor(),
+        &outputs.lse,
+        grads,
+    )
+}
+
 /// Runs forward and backward on the interpreter with fresh inputs from `rng` (q and k with
 /// standard deviation `input_scale`, v and dO with 1) and compares with the f64 reference.
 pub fn run_on_interpreter(
@@ -228,103 +513,8 @@ pub fn run_on_interpreter(
     input_scale: f64,
     rng: &mut Rng,
 ) -> Result<Report, AttentionError> {
-    let qdims = [p.batch, p.seqlen_q, p.heads_q, p.head_dim];
-    let kdims = [p.batch, p.seqlen_k, p.heads_kv, p.head_dim];
-    let ql = layout.layout(p.seqlen_q, p.heads_q, p.head_dim);
-    let kl = layout.layout(p.seqlen_k, p.heads_kv, p.head_dim);
-    let mut input = |dims: [usize; 4], layout, scale| {
-        let n = dims.iter().product();
-        StridedTensor::from_dense(p.dtype, layout, dims, &rng.normals(n, scale))
-    };
-    let q = input(qdims, ql, input_scale);
-    let k = input(kdims, kl, input_scale);
-    let v = input(kdims, kl, 1.0);
-    let d_o = input(qdims, ql, 1.0);
-
-    let o = StridedTensor::poisoned(p.dtype, ql, qdims);
-    let lse = HostBuffer::poisoned(DType::F32, p.lse_len());
-    cpu::forward(
-        p,
-        q.as_tensor(),
-        k.as_tensor(),
-        v.as_tensor(),
-        o.as_tensor(),
-        &lse,
-    )?;
-    let dq = StridedTensor::poisoned(p.dtype, ql, qdims);
-    let dk = StridedTensor::poisoned(p.dtype, kl, kdims);
-    let dv = StridedTensor::poisoned(p.dtype, kl, kdims);
-    let delta = HostBuffer::poisoned(DType::F32, p.lse_len());
-    let outputs = BackwardOutputs {
-        dq: dq.as_tensor(),
-        dk: dk.as_tensor(),
-        dv: dv.as_tensor(),
-        delta: &delta,
-    };
-    cpu::backward(
-        p,
-        q.as_tensor(),
-        k.as_tensor(),
-        v.as_tensor(),
-        o.as_tensor(),
-        d_o.as_tensor(),
-        &lse,
-        outputs,
-    )?;
-
-    let mut report = Report {
-        large_scores: input_scale > 1.0,
-        ..Report::default()
-    };
-    for (name, t) in [("o", &o), ("dq", &dq), ("dk", &dk), ("dv", &dv)] {
-        let unwritten = t.to_dense().iter().filter(|x| x.is_nan()).count();
-        if unwritten > 0 {
-            report
-                .faults
-                .push(format!("{unwritten} elements of {name} unwritten or NaN"));
-        }
-        if !t.padding_untouched() {
-            report
-                .faults
-                .push(format!("{name} written outside its shape"));
-        }
-    }
-    for (name, b) in [("lse", &lse), ("delta", &delta)] {
-        let unwritten = b.poisoned_indices().len();
-        if unwritten > 0 {
-            report
-                .faults
-                .push(format!("{unwritten} elements of {name} unwritten or NaN"));
-        }
-    }
-
-    let r = reference::attention(
-        p,
-        &q.to_dense(),
-        &k.to_dense(),
-        &v.to_dense(),
-        &d_o.to_dense(),
-    );
-    for (i, (got, &want)) in lse.to_f64().into_iter().zip(&r.lse).enumerate() {
-        if want == f64::NEG_INFINITY || got == f64::NEG_INFINITY {
-            if got != want {
-                report
-                    .faults
-                    .push(format!("lse[{i}] is {got}, the reference has {want}"));
-            }
-        } else {
-            report.lse = report.lse.max((got - want).abs() / want.abs().max(1.0));
-        }
-    }
-    let d = p.head_dim;
-    report.o = row_error(&o.to_dense(), &r.o, d);
-    report.dq = row_error(&dq.to_dense(), &r.dq, d);
-    report.dk = row_error(&dk.to_dense(), &r.dk, d);
-    report.dv = row_error(&dv.to_dense(), &r.dv, d);
-    report.conditioned = [
-        row_error_conditioned(&dq.to_dense(), &r.dq, Some(&r.dq_terms), d),
-        row_error_conditioned(&dk.to_dense(), &r.dk, Some(&r.dk_terms), d),
-        row_error_conditioned(&dv.to_dense(), &r.dv, Some(&r.dv_terms), d),
-    ];
-    Ok(report)
+    let inputs = Inputs::random(p, layout, input_scale, rng);
+    let outputs = Outputs::poisoned(p, &inputs);
+    run_interpreter(p, &inputs, &outputs)?;
+    Ok(outputs.compare(p, &inputs.reference(p), input_scale > 1.0))
 }

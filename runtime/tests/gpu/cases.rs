@@ -3,6 +3,15 @@
 //! against the interpreter (they link LLVM); kiln-runtime's GPU test loads that PTX, runs the
 //! same runs on the GPU and compares with the interpreter (it needs no LLVM).
 
+/// The sliding-window/softcap variant is a user-style example; it is included, not copied, so
+/// that the GPU runs the example's own kernel, launch and test shapes.
+#[allow(
+    dead_code,
+    reason = "the example's main, CPU launcher and f64 reference: the cases use its kernel, launch and shapes"
+)]
+#[path = "../../../kernels/examples/sliding_window.rs"]
+mod sliding_window;
+
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
@@ -156,9 +165,10 @@ fn spec(dtype: DType, block_m: usize, block_n: usize) -> Spec {
         .int("BLOCK_N", block_n as i64)
 }
 
-/// The attention specialisations the GPU runs: every kernel at head dims 64 and 128 (the
-/// benchmark's), f16 and bf16, causal or not (the preprocessing kernel has no mask), so that the
-/// attention harness (`attention_gpu.rs`) finds the PTX of every call it makes.
+/// The attention specialisations the GPU runs: every kernel at every head dim, f16 and bf16,
+/// causal or not (the preprocessing kernel has no mask), so that the attention harness
+/// (`attention_gpu.rs`: the benchmark at head dims 64 and 128, the interpreter tests' shapes at
+/// all four) finds the PTX of every call it makes.
 pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
     let mut cases = Vec::new();
     for name in [
@@ -168,7 +178,7 @@ pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
         "attention_bwd_dkdv",
     ] {
         for dtype in [DType::F16, DType::BF16] {
-            for head_dim in [64, 128] {
+            for head_dim in kiln_kernels::attention::HEAD_DIMS {
                 let masks: &[bool] = if name == "attention_bwd_preprocess" {
                     &[false]
                 } else {
@@ -382,7 +392,58 @@ pub fn cases() -> Vec<Case> {
             });
         }
     }
+    for target in TARGETS {
+        for dtype in [F16, BF16] {
+            for (head_dim, block_m, block_n, softcap) in sliding_window_specs() {
+                let spec = Spec::new()
+                    .dtype("T", dtype)
+                    .int("HEAD_DIM", head_dim as i64)
+                    .int("BLOCK_M", block_m as i64)
+                    .int("BLOCK_N", block_n as i64)
+                    .flag("SOFTCAP", softcap);
+                let kernel = sliding_window::sliding_window_fwd::build(&spec)
+                    .expect("sliding_window builds");
+                let cap = if softcap { "_softcap" } else { "" };
+                // A warp per 16 rows (at most 4): the mma tile of a 16-row block is one warp's.
+                let num_warps = (block_m / 16).min(4) as u32;
+                cases.push(Case {
+                    name: format!(
+                        "sliding_window_{dtype}_d{head_dim}_m{block_m}_n{block_n}{cap}_w{num_warps}_{target}"
+                    ),
+                    kernel,
+                    num_warps,
+                    num_stages: 1,
+                    divisibility: Vec::new(),
+                    target,
+                    tolerance: sliding_window_tolerance(dtype, softcap),
+                });
+            }
+        }
+    }
     cases
+}
+
+/// The sliding-window example's specialisations its test shapes need: (head dim, BLOCK_M,
+/// BLOCK_N, soft-capped), in the shapes' order.
+fn sliding_window_specs() -> Vec<(usize, usize, usize, bool)> {
+    let mut specs = Vec::new();
+    for w in sliding_window::test_cases() {
+        let spec = (w.head_dim, w.block_m, w.block_n, w.softcap.is_some());
+        if !specs.contains(&spec) {
+            specs.push(spec);
+        }
+    }
+    specs
+}
+
+/// The sliding-window kernel's bar: the attention forward's (`reduced`), and with the cap
+/// `tanh.approx`'s error (2^-11 relative, so at most 2^-11 |s| in a score, |s| <= 5 or so in the
+/// tests' shapes: about 2.5e-3 relative in each weight, as much in O and LSE) added.
+fn sliding_window_tolerance(dtype: DType, softcap: bool) -> Tolerance {
+    let Tolerance::Relative(rtol) = reduced(dtype) else {
+        unreachable!("a reduced tolerance is relative")
+    };
+    Tolerance::Relative(if softcap { rtol + 2.5e-3 } else { rtol })
 }
 
 /// One argument of a run, shared by the interpreter's, the emulator's and the GPU's launch.
@@ -678,6 +739,7 @@ fn unlabelled_runs(case: &Case) -> Vec<Run> {
                 .collect()
         }
         name if name.starts_with("attention_") => attention_runs(case, dtype),
+        "sliding_window_fwd" => sliding_window_runs(case, dtype),
         other => panic!("no runs for kernel {other}"),
     }
 }
@@ -822,6 +884,63 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                     (p.batch * p.heads_kv) as u32,
                     1,
                 ],
+            }
+        })
+        .collect()
+}
+
+/// The sliding-window example's test shapes of this case's specialisation, in its dtype, on
+/// inputs as the example draws them (q and k at 1.5: soft caps of a few units bend the scores),
+/// launched as the example launches them.
+fn sliding_window_runs(case: &Case, dtype: DType) -> Vec<Run> {
+    let spec = (
+        int_spec(case, "HEAD_DIM"),
+        int_spec(case, "BLOCK_M"),
+        int_spec(case, "BLOCK_N"),
+        flag_spec(case, "SOFTCAP"),
+    );
+    let mut rng = kiln_kernels::reference::Rng::new(31);
+    sliding_window::test_cases()
+        .into_iter()
+        .filter(|w| (w.head_dim, w.block_m, w.block_n, w.softcap.is_some()) == spec)
+        .map(|w| {
+            let w = sliding_window::Window { dtype, ..w };
+            let mut input = |seqlen: usize, scale: f64| {
+                HostBuffer::from_f64(dtype, &rng.normals(w.len(seqlen), scale))
+            };
+            let buffers = vec![
+                input(w.seqlen_q, 1.5),
+                input(w.seqlen_k, 1.5),
+                input(w.seqlen_k, 1.0),
+                HostBuffer::poisoned(dtype, w.len(w.seqlen_q)),
+                HostBuffer::poisoned(DType::F32, w.batch * w.heads * w.seqlen_q),
+            ];
+            let [q, k, v, o, lse] = [0, 1, 2, 3, 4].map(|i| &buffers[i]);
+            let (_, grid, host_args) = w.launch([q, k, v, o, lse]).expect("a valid shape");
+            // The launch names the buffers; the run names them by index.
+            let args = host_args
+                .iter()
+                .map(|arg| match *arg {
+                    KernelArg::Buffer(b) => Arg::Buffer(
+                        buffers
+                            .iter()
+                            .position(|x| std::ptr::eq(x, b))
+                            .expect("a buffer of the run"),
+                    ),
+                    KernelArg::I32(v) => Arg::I32(v),
+                    KernelArg::I64(v) => Arg::I64(v),
+                    KernelArg::F32(v) => Arg::F32(v),
+                })
+                .collect();
+            let cap = w.softcap.map_or(String::new(), |c| format!(" cap{c}"));
+            Run {
+                label: format!(
+                    "{}x{} b{}h{} w{},{}{cap}",
+                    w.seqlen_q, w.seqlen_k, w.batch, w.heads, w.window_left, w.window_right
+                ),
+                buffers,
+                args,
+                grid: grid.0,
             }
         })
         .collect()
