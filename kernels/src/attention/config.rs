@@ -3,7 +3,7 @@
 //! | head dim | forward BLOCK_M x BLOCK_N, warps, stages | backward BLOCK_M x BLOCK_N (dQ and dK/dV), warps dQ / dK/dV, stages dQ / dK/dV |
 //! | --- | --- | --- |
 //! | 32, 64 | 128 x 64, 4, 2 | 64 x 64, 4 / 8, 2 / 2 |
-//! | 128 | 128 x 64, 8, 2 | 64 x 64, 8 / 8, 2 / 1 |
+//! | 128 | 128 x 64, 8, 2 | 64 x 64, 8 / 8, 2 / 2 (1 on sm_80) |
 //! | 256 | 64 x 32, 4, 2 | 32 x 32, 4 / 8, 2 / 2 |
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
@@ -15,10 +15,10 @@
 //! kiln-codegen's `CompileOptions::num_stages` for the kernel's streaming loop (K/V in the
 //! forward and dQ, Q/dO in dK/dV): shared buffers per streamed tile, one tile in flight with
 //! `cp.async` while the program computes on another (FlashAttention-2's double buffering; the
-//! preprocessing kernel has no loop). dK/dV at head dim 128 keeps 1 stage (its Q/dO loads go
-//! through registers): pipelined, its causal variant needs 255 registers and spills 16 bytes on
-//! sm_80 (ptxas 13.0), and the tests allow no spill up to head dim 128. The performance issue
-//! retunes these per architecture.
+//! preprocessing kernel has no loop). dK/dV at head dim 128 keeps 1 stage on sm_80 (its Q/dO
+//! loads go through registers there): pipelined, its causal variant needs 255 registers and
+//! spills 28 bytes for sm_80 (ptxas 13.0; sm_90a fits it without a spill), and the tests allow no
+//! spill up to head dim 128. The performance issue retunes these per architecture.
 
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
@@ -40,6 +40,22 @@ pub struct BlockSizes {
     pub fwd_num_stages: u32,
     pub dq_num_stages: u32,
     pub dkdv_num_stages: u32,
+    /// dK/dV's stages when compiled for sm_80, whose register allocation differs.
+    pub dkdv_num_stages_sm80: u32,
+}
+
+impl BlockSizes {
+    /// Pipeline stages of attention kernel `name` compiled for `target` (`sm_80` or `sm_90a`);
+    /// 1 for the preprocessing kernel, which has no streaming loop.
+    pub fn num_stages(&self, name: &str, target: &str) -> u32 {
+        match name {
+            "attention_fwd" => self.fwd_num_stages,
+            "attention_bwd_dq" => self.dq_num_stages,
+            "attention_bwd_dkdv" if target == "sm_80" => self.dkdv_num_stages_sm80,
+            "attention_bwd_dkdv" => self.dkdv_num_stages,
+            _ => 1,
+        }
+    }
 }
 
 /// The block sizes for `head_dim`, or `None` if kiln has no attention kernel for it.
@@ -57,7 +73,8 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             dkdv_num_warps: 8,
             fwd_num_stages: 2,
             dq_num_stages: 2,
-            dkdv_num_stages: if head_dim == 128 { 1 } else { 2 },
+            dkdv_num_stages: 2,
+            dkdv_num_stages_sm80: if head_dim == 128 { 1 } else { 2 },
         }),
         256 => Some(BlockSizes {
             fwd_block_m: 64,
@@ -72,6 +89,7 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
             fwd_num_stages: 2,
             dq_num_stages: 2,
             dkdv_num_stages: 2,
+            dkdv_num_stages_sm80: 2,
         }),
         _ => None,
     }

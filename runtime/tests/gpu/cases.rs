@@ -136,14 +136,9 @@ pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
 
 /// Pipeline stages of attention kernel `name` at `head_dim`, from kiln-kernels' table (the
 /// preprocessing kernel has no loop: 1).
-pub fn attention_num_stages(name: &str, head_dim: usize) -> u32 {
+pub fn attention_num_stages(name: &str, head_dim: usize, target: &str) -> u32 {
     let sizes = kiln_kernels::attention::block_sizes(head_dim).expect("a supported head dim");
-    match name {
-        "attention_fwd" => sizes.fwd_num_stages,
-        "attention_bwd_dq" => sizes.dq_num_stages,
-        "attention_bwd_dkdv" => sizes.dkdv_num_stages,
-        _ => 1,
-    }
+    sizes.num_stages(name, target)
 }
 
 pub const TARGETS: [&str; 2] = ["sm_80", "sm_90a"];
@@ -378,7 +373,7 @@ pub fn cases() -> Vec<Case> {
     for target in TARGETS {
         for (name, dtype, head_dim, causal) in attention_cases() {
             let num_warps = attention_num_warps(name, head_dim);
-            let num_stages = attention_num_stages(name, head_dim);
+            let num_stages = attention_num_stages(name, head_dim, target);
             let mask = if causal { "_causal" } else { "" };
             let kernel = attention_kernel(name, dtype, head_dim, causal);
             cases.push(Case {
