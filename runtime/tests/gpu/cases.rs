@@ -15,7 +15,7 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionParams, Tensor, backward, block_sizes, cpu, forward};
+use kiln_kernels::attention::{AttentionParams, Tensor, backward, block_sizes, cpu, forward, plan};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -750,7 +750,6 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
-    let blocks = block_sizes(head_dim).expect("a head dim kiln supports");
     [(70usize, 45usize), (45, 70)]
         .into_iter()
         .map(|(seqlen_q, seqlen_k)| {
@@ -768,117 +767,100 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
             let v = scaled_inputs(dtype, k_len, 23, 0.25);
             let d_o = inputs(dtype, q_len, 24);
             let rows = p.lse_len();
-            let strides = |l: kiln_kernels::attention::Layout| {
-                [
-                    Arg::I64(l.batch_stride),
-                    Arg::I64(l.seq_stride),
-                    Arg::I64(l.head_stride),
-                ]
+            let forward_layouts = plan::ForwardLayouts {
+                q: ql,
+                k: kl,
+                v: kl,
+                o: ql,
             };
-            let label = format!("{seqlen_q}x{seqlen_k}");
-            let programs_q = |block: usize| seqlen_q.div_ceil(block) as u32;
-            let heads = (p.batch * p.heads_q) as u32;
-            let sizes = [
-                Arg::I32(seqlen_q as i32),
-                Arg::I32(seqlen_k as i32),
-                Arg::I32(p.heads_q as i32),
-                Arg::I32(p.group() as i32),
+            let backward_layouts = plan::BackwardLayouts {
+                q: ql,
+                k: kl,
+                v: kl,
+                o: ql,
+                d_o: ql,
+                dq: ql,
+                dk: kl,
+                dv: kl,
+            };
+            let launch = if name == "attention_fwd" {
+                plan::forward(&p, &forward_layouts).expect("a valid call")
+            } else {
+                plan::backward(&p, &backward_layouts)
+                    .expect("a valid call")
+                    .into_iter()
+                    .find(|launch| launch.kernel.name() == name)
+                    .expect("every backward kernel is planned")
+            };
+            // The backward kernels read the interpreter's forward outputs and delta = rowsum(dO O).
+            let (o, lse, delta) = if name == "attention_fwd" {
+                (
+                    HostBuffer::poisoned(dtype, q_len),
+                    HostBuffer::poisoned(DType::F32, rows),
+                    HostBuffer::poisoned(DType::F32, rows),
+                )
+            } else {
+                let o = HostBuffer::poisoned(dtype, q_len);
+                let lse = HostBuffer::poisoned(DType::F32, rows);
+                cpu::forward(
+                    &p,
+                    Tensor::new(&q, ql),
+                    Tensor::new(&k, kl),
+                    Tensor::new(&v, kl),
+                    Tensor::new(&o, ql),
+                    &lse,
+                )
+                .expect("the interpreter runs the forward");
+                let delta = HostBuffer::poisoned(DType::F32, rows);
+                if name != "attention_bwd_preprocess" {
+                    for head in 0..p.heads_q {
+                        for row in 0..seqlen_q {
+                            let at = |d: usize| {
+                                (row as i64 * ql.seq_stride + head as i64 * ql.head_stride) as usize
+                                    + d
+                            };
+                            let sum: f32 = (0..head_dim)
+                                .map(|d| o.read_float(at(d)) * d_o.read_float(at(d)))
+                                .sum();
+                            delta.write_float(head * seqlen_q + row, sum);
+                        }
+                    }
+                }
+                (o, lse, delta)
+            };
+            let mut slots = [
+                (plan::Role::Q, Some(q)),
+                (plan::Role::K, Some(k)),
+                (plan::Role::V, Some(v)),
+                (plan::Role::DO, Some(d_o)),
+                (plan::Role::O, Some(o)),
+                (plan::Role::Lse, Some(lse)),
+                (plan::Role::Delta, Some(delta)),
+                (plan::Role::Dq, Some(HostBuffer::poisoned(dtype, q_len))),
+                (plan::Role::Dk, Some(HostBuffer::poisoned(dtype, k_len))),
+                (plan::Role::Dv, Some(HostBuffer::poisoned(dtype, k_len))),
             ];
-            let scale = Arg::F32(p.softmax_scale);
-            if name == "attention_fwd" {
-                let mut args: Vec<Arg> = (0..5).map(Arg::Buffer).collect();
-                args.extend(sizes);
-                for l in [ql, kl, kl, ql] {
-                    args.extend(strides(l));
-                }
-                args.push(scale);
-                return Run {
-                    label,
-                    buffers: vec![
-                        q,
-                        k,
-                        v,
-                        HostBuffer::poisoned(dtype, q_len),
-                        HostBuffer::poisoned(DType::F32, rows),
-                    ],
-                    args,
-                    grid: [programs_q(blocks.fwd_block_m), heads, 1],
-                };
-            }
-            // The forward's outputs on the interpreter, and delta from them.
-            let o = HostBuffer::poisoned(dtype, q_len);
-            let lse = HostBuffer::poisoned(DType::F32, rows);
-            cpu::forward(
-                &p,
-                Tensor::new(&q, ql),
-                Tensor::new(&k, kl),
-                Tensor::new(&v, kl),
-                Tensor::new(&o, ql),
-                &lse,
-            )
-            .expect("the interpreter runs the forward");
-            if name == "attention_bwd_preprocess" {
-                let mut args = vec![Arg::Buffer(0), Arg::Buffer(1), Arg::Buffer(2)];
-                args.extend([sizes[0], sizes[2]]);
-                args.extend(strides(ql));
-                args.extend(strides(ql));
-                return Run {
-                    label,
-                    buffers: vec![o, d_o, HostBuffer::poisoned(DType::F32, rows)],
-                    args,
-                    grid: [programs_q(blocks.preprocess_block_m), heads, 1],
-                };
-            }
-            let delta = HostBuffer::zeros(DType::F32, rows);
-            for head in 0..p.heads_q {
-                for row in 0..seqlen_q {
-                    let at = |d: usize| {
-                        (row as i64 * ql.seq_stride + head as i64 * ql.head_stride) as usize + d
-                    };
-                    let sum: f32 = (0..head_dim)
-                        .map(|d| o.read_float(at(d)) * d_o.read_float(at(d)))
-                        .sum();
-                    delta.write_float(head * seqlen_q + row, sum);
-                }
-            }
-            if name == "attention_bwd_dq" {
-                let mut args: Vec<Arg> = (0..7).map(Arg::Buffer).collect();
-                args.extend(sizes);
-                for l in [ql, kl, kl, ql, ql] {
-                    args.extend(strides(l));
-                }
-                args.push(scale);
-                return Run {
-                    label,
-                    buffers: vec![q, k, v, d_o, HostBuffer::poisoned(dtype, q_len), lse, delta],
-                    args,
-                    grid: [programs_q(blocks.bwd_block_m), heads, 1],
-                };
-            }
-            let mut args: Vec<Arg> = (0..8).map(Arg::Buffer).collect();
-            args.extend([sizes[0], sizes[1], Arg::I32(p.heads_kv as i32), sizes[3]]);
-            for l in [ql, kl, kl, ql, kl, kl] {
-                args.extend(strides(l));
-            }
-            args.push(scale);
+            // The run's buffers are the roles the launch names, in the order it names them.
+            let mut buffers = Vec::new();
+            let args = launch
+                .args
+                .iter()
+                .map(|arg| match *arg {
+                    plan::Arg::Buffer(role) => {
+                        let slot = slots.iter_mut().find(|(r, _)| *r == role).expect("a role");
+                        buffers.push(slot.1.take().expect("each role is named once"));
+                        Arg::Buffer(buffers.len() - 1)
+                    }
+                    plan::Arg::I32(v) => Arg::I32(v),
+                    plan::Arg::I64(v) => Arg::I64(v),
+                    plan::Arg::F32(v) => Arg::F32(v),
+                })
+                .collect();
             Run {
-                label,
-                buffers: vec![
-                    q,
-                    k,
-                    v,
-                    d_o,
-                    HostBuffer::poisoned(dtype, k_len),
-                    HostBuffer::poisoned(dtype, k_len),
-                    lse,
-                    delta,
-                ],
+                label: format!("{seqlen_q}x{seqlen_k}"),
+                buffers,
                 args,
-                grid: [
-                    seqlen_k.div_ceil(blocks.bwd_block_n) as u32,
-                    (p.batch * p.heads_kv) as u32,
-                    1,
-                ],
+                grid: launch.grid,
             }
         })
         .collect()
