@@ -4,7 +4,7 @@
 
 use kiln_dsl::{DType, Kernel, KernelSignature, Spec};
 
-use crate::attention::{AttentionParams, backward, block_sizes, forward};
+use crate::attention::{AttentionKernel, AttentionParams, backward, block_sizes, forward};
 use crate::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// One kernel: its signature, its builder and the spec `kiln ir` uses when given none.
@@ -54,22 +54,24 @@ pub fn kernels() -> Vec<KernelEntry> {
         KernelEntry {
             signature: &forward::attention_fwd::SIGNATURE,
             build: forward::attention_fwd::build,
-            default_spec: || default_attention().forward_spec(default_blocks()),
+            default_spec: || default_attention().spec(AttentionKernel::Forward, default_blocks()),
         },
         KernelEntry {
             signature: &backward::attention_bwd_preprocess::SIGNATURE,
             build: backward::attention_bwd_preprocess::build,
-            default_spec: || default_attention().preprocess_spec(default_blocks()),
+            default_spec: || {
+                default_attention().spec(AttentionKernel::Preprocess, default_blocks())
+            },
         },
         KernelEntry {
             signature: &backward::attention_bwd_dq::SIGNATURE,
             build: backward::attention_bwd_dq::build,
-            default_spec: || default_attention().backward_spec(default_blocks()),
+            default_spec: || default_attention().spec(AttentionKernel::Dq, default_blocks()),
         },
         KernelEntry {
             signature: &backward::attention_bwd_dkdv::SIGNATURE,
             build: backward::attention_bwd_dkdv::build,
-            default_spec: || default_attention().backward_spec(default_blocks()),
+            default_spec: || default_attention().spec(AttentionKernel::DkDv, default_blocks()),
         },
         KernelEntry {
             signature: &gemm::gemm_bias_gelu::SIGNATURE,

@@ -20,6 +20,8 @@
 //! spills 28 bytes for sm_80 (ptxas 13.0; sm_90a fits it without a spill), and the tests allow no
 //! spill up to head dim 128. The performance issue retunes these per architecture.
 
+use super::plan::AttentionKernel;
+
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
@@ -45,15 +47,25 @@ pub struct BlockSizes {
 }
 
 impl BlockSizes {
-    /// Pipeline stages of attention kernel `name` compiled for `target` (`sm_80` or `sm_90a`);
-    /// 1 for the preprocessing kernel, which has no streaming loop.
-    pub fn num_stages(&self, name: &str, target: &str) -> u32 {
-        match name {
-            "attention_fwd" => self.fwd_num_stages,
-            "attention_bwd_dq" => self.dq_num_stages,
-            "attention_bwd_dkdv" if target == "sm_80" => self.dkdv_num_stages_sm80,
-            "attention_bwd_dkdv" => self.dkdv_num_stages,
-            _ => 1,
+    /// Warps per program of `kernel`.
+    pub fn num_warps(&self, kernel: AttentionKernel) -> u32 {
+        match kernel {
+            AttentionKernel::Forward => self.fwd_num_warps,
+            AttentionKernel::Preprocess => self.preprocess_num_warps,
+            AttentionKernel::Dq => self.dq_num_warps,
+            AttentionKernel::DkDv => self.dkdv_num_warps,
+        }
+    }
+
+    /// Pipeline stages of `kernel` compiled for `target` (`sm_80` or `sm_90a`); 1 for the
+    /// preprocessing kernel, which has no streaming loop.
+    pub fn num_stages(&self, kernel: AttentionKernel, target: &str) -> u32 {
+        match kernel {
+            AttentionKernel::Forward => self.fwd_num_stages,
+            AttentionKernel::Dq => self.dq_num_stages,
+            AttentionKernel::DkDv if target == "sm_80" => self.dkdv_num_stages_sm80,
+            AttentionKernel::DkDv => self.dkdv_num_stages,
+            AttentionKernel::Preprocess => 1,
         }
     }
 }

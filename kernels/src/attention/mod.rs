@@ -17,6 +17,7 @@ use std::fmt;
 use kiln_dsl::{DType, HostBuffer, Spec};
 
 pub use config::{BlockSizes, HEAD_DIMS, block_sizes};
+pub use plan::AttentionKernel;
 
 /// What an attention call computes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -126,33 +127,21 @@ impl AttentionParams {
         })
     }
 
-    fn spec(&self, head_dim_blocks: Option<(usize, usize)>) -> Spec {
+    /// The specialisation of `kernel` for this call, at the block sizes of `blocks`.
+    pub fn spec(&self, kernel: AttentionKernel, blocks: BlockSizes) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
             .int("HEAD_DIM", self.head_dim as i64);
-        match head_dim_blocks {
-            Some((m, n)) => spec
-                .int("BLOCK_M", m as i64)
-                .int("BLOCK_N", n as i64)
-                .flag("CAUSAL", self.causal),
-            None => spec,
-        }
-    }
-
-    /// The specialisation of [`forward::attention_fwd`] for this call.
-    pub fn forward_spec(&self, blocks: BlockSizes) -> Spec {
-        self.spec(Some((blocks.fwd_block_m, blocks.fwd_block_n)))
-    }
-
-    /// The specialisation of [`backward::attention_bwd_dq`] and [`backward::attention_bwd_dkdv`].
-    pub fn backward_spec(&self, blocks: BlockSizes) -> Spec {
-        self.spec(Some((blocks.bwd_block_m, blocks.bwd_block_n)))
-    }
-
-    /// The specialisation of [`backward::attention_bwd_preprocess`].
-    pub fn preprocess_spec(&self, blocks: BlockSizes) -> Spec {
-        self.spec(None)
-            .int("BLOCK_M", blocks.preprocess_block_m as i64)
+        let (block_m, block_n) = match kernel {
+            AttentionKernel::Preprocess => {
+                return spec.int("BLOCK_M", blocks.preprocess_block_m as i64);
+            }
+            AttentionKernel::Forward => (blocks.fwd_block_m, blocks.fwd_block_n),
+            AttentionKernel::Dq | AttentionKernel::DkDv => (blocks.bwd_block_m, blocks.bwd_block_n),
+        };
+        spec.int("BLOCK_M", block_m as i64)
+            .int("BLOCK_N", block_n as i64)
+            .flag("CAUSAL", self.causal)
     }
 
     /// Elements of the `[batch, heads_q, seqlen_q]` LSE (and delta) arrays.

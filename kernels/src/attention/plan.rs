@@ -28,6 +28,11 @@ impl AttentionKernel {
         self.signature().name
     }
 
+    /// The kernel called `name`.
+    pub fn from_name(name: &str) -> Option<AttentionKernel> {
+        AttentionKernel::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     pub fn signature(self) -> &'static kiln_dsl::KernelSignature {
         match self {
             AttentionKernel::Forward => &forward::attention_fwd::SIGNATURE,
@@ -137,13 +142,13 @@ pub fn forward(p: &AttentionParams, layouts: &ForwardLayouts) -> Result<Launch, 
     args.push(Arg::F32(p.softmax_scale));
     Ok(Launch {
         kernel: AttentionKernel::Forward,
-        spec: p.forward_spec(sizes),
+        spec: p.spec(AttentionKernel::Forward, sizes),
         grid: [
             blocks(p.seqlen_q, sizes.fwd_block_m),
             (p.batch * p.heads_q) as u32,
             1,
         ],
-        num_warps: sizes.fwd_num_warps,
+        num_warps: sizes.num_warps(AttentionKernel::Forward),
         args,
     })
 }
@@ -165,13 +170,13 @@ pub fn backward(
     preprocess_args.extend(strides(layouts.d_o));
     let preprocess = Launch {
         kernel: AttentionKernel::Preprocess,
-        spec: p.preprocess_spec(sizes),
+        spec: p.spec(AttentionKernel::Preprocess, sizes),
         grid: [
             blocks(p.seqlen_q, sizes.preprocess_block_m),
             (p.batch * p.heads_q) as u32,
             1,
         ],
-        num_warps: sizes.preprocess_num_warps,
+        num_warps: sizes.num_warps(AttentionKernel::Preprocess),
         args: preprocess_args,
     };
 
@@ -194,13 +199,13 @@ pub fn backward(
     dq_args.push(Arg::F32(p.softmax_scale));
     let dq = Launch {
         kernel: AttentionKernel::Dq,
-        spec: p.backward_spec(sizes),
+        spec: p.spec(AttentionKernel::Dq, sizes),
         grid: [
             blocks(p.seqlen_q, sizes.bwd_block_m),
             (p.batch * p.heads_q) as u32,
             1,
         ],
-        num_warps: sizes.dq_num_warps,
+        num_warps: sizes.num_warps(AttentionKernel::Dq),
         args: dq_args,
     };
 
@@ -231,13 +236,13 @@ pub fn backward(
     dkdv_args.push(Arg::F32(p.softmax_scale));
     let dkdv = Launch {
         kernel: AttentionKernel::DkDv,
-        spec: p.backward_spec(sizes),
+        spec: p.spec(AttentionKernel::DkDv, sizes),
         grid: [
             blocks(p.seqlen_k, sizes.bwd_block_n),
             (p.batch * p.heads_kv) as u32,
             1,
         ],
-        num_warps: sizes.dkdv_num_warps,
+        num_warps: sizes.num_warps(AttentionKernel::DkDv),
         args: dkdv_args,
     };
     Ok([preprocess, dq, dkdv])

@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use kiln_dsl::DType;
-use kiln_kernels::attention::AttentionParams;
 use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::{AttentionKernel, AttentionParams};
 use kiln_kernels::reference::Rng;
 use kiln_kernels::registry;
 
@@ -120,7 +120,8 @@ fn demo() -> Result<(), String> {
     println!("  ({:.2} s)\n", start.elapsed().as_secs_f64());
 
     let fwd = registry::find("attention_fwd")?;
-    let spec = params.forward_spec(params.validate().map_err(|e| e.to_string())?);
+    let blocks = params.validate().map_err(|e| e.to_string())?;
+    let spec = params.spec(AttentionKernel::Forward, blocks);
     let kernel = (fwd.build)(&spec).map_err(|e| e.to_string())?;
     println!("The forward kernel's tile IR at this specialisation:\n\n{kernel}");
 

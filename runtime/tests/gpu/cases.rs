@@ -15,7 +15,7 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionParams, Tensor, backward, block_sizes, cpu, forward, plan};
+use kiln_kernels::attention::{AttentionKernel, AttentionParams, Tensor, block_sizes, cpu, plan};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -137,8 +137,8 @@ pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
 /// Pipeline stages of attention kernel `name` at `head_dim`, from kiln-kernels' table (the
 /// preprocessing kernel has no loop: 1).
 pub fn attention_num_stages(name: &str, head_dim: usize, target: &str) -> u32 {
-    let sizes = kiln_kernels::attention::block_sizes(head_dim).expect("a supported head dim");
-    sizes.num_stages(name, target)
+    let sizes = block_sizes(head_dim).expect("a supported head dim");
+    sizes.num_stages(attention_kernel_named(name), target)
 }
 
 pub const TARGETS: [&str; 2] = ["sm_80", "sm_90a"];
@@ -190,14 +190,8 @@ pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
 
 /// Warps per program of attention kernel `name` at `head_dim`, from kiln-kernels' table.
 pub fn attention_num_warps(name: &str, head_dim: usize) -> u32 {
-    let sizes = kiln_kernels::attention::block_sizes(head_dim).expect("a supported head dim");
-    match name {
-        "attention_fwd" => sizes.fwd_num_warps,
-        "attention_bwd_preprocess" => sizes.preprocess_num_warps,
-        "attention_bwd_dq" => sizes.dq_num_warps,
-        "attention_bwd_dkdv" => sizes.dkdv_num_warps,
-        other => panic!("no attention kernel `{other}`"),
-    }
+    let sizes = block_sizes(head_dim).expect("a supported head dim");
+    sizes.num_warps(attention_kernel_named(name))
 }
 
 /// The parameters of an attention case's runs at `seqlen_q x seqlen_k`: batch 1, 2 heads, the
@@ -226,16 +220,14 @@ pub fn attention_params(
 pub fn attention_kernel(name: &str, dtype: DType, head_dim: usize, causal: bool) -> Kernel {
     let params = attention_params(dtype, head_dim, causal, 1, 1);
     let blocks = block_sizes(head_dim).expect("a head dim kiln supports");
-    let built = match name {
-        "attention_fwd" => forward::attention_fwd::build(&params.forward_spec(blocks)),
-        "attention_bwd_preprocess" => {
-            backward::attention_bwd_preprocess::build(&params.preprocess_spec(blocks))
-        }
-        "attention_bwd_dq" => backward::attention_bwd_dq::build(&params.backward_spec(blocks)),
-        "attention_bwd_dkdv" => backward::attention_bwd_dkdv::build(&params.backward_spec(blocks)),
-        other => panic!("no attention kernel {other}"),
-    };
-    built.unwrap_or_else(|e| panic!("{name} builds: {e}"))
+    let kernel = attention_kernel_named(name);
+    kernel
+        .build(&params.spec(kernel, blocks))
+        .unwrap_or_else(|e| panic!("{name} builds: {e}"))
+}
+
+fn attention_kernel_named(name: &str) -> AttentionKernel {
+    AttentionKernel::from_name(name).unwrap_or_else(|| panic!("no attention kernel `{name}`"))
 }
 
 /// The interpreter tests' bar for an attention kernel's outputs (`attention::check`): O's for
