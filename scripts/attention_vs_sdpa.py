@@ -345,7 +345,7 @@ def selftest(_args):
             json.dump(meta, f)
         os.makedirs(os.path.join(root, "failed"))
         with open(os.path.join(root, "failed", "case.json"), "w") as f:
-            json.dump(dict(meta, name="failed", error="no PTX for attention_fwd_f16_d256_w4_sm_90a"), f)
+            json.dump(dict(meta, name="failed", error="no PTX for attention_fwd_f16_d256_sm_90a"), f)
         short = dict(meta, name="short")
         os.makedirs(os.path.join(root, "short"))
         with open(os.path.join(root, "short", "case.json"), "w") as f:

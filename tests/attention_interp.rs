@@ -8,7 +8,7 @@
 //! (see `kiln_kernels::attention::check`, which holds the shape set and states the error bars
 //! and why; the GPU check runs the same set against the interpreter).
 
-use kiln_dsl::DType;
+use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::check::{Tolerance, designed_cases, run_on_interpreter};
 use kiln_kernels::attention::{AttentionParams, Layout, Tensor, config, cpu};
 use kiln_kernels::reference::Rng;
@@ -25,8 +25,10 @@ fn attention_matches_the_f64_reference() {
     );
     let mut failures = Vec::new();
     let mut worst = std::collections::BTreeMap::<(&str, bool), [f64; 8]>::new();
-    for c in &cases {
-        let report = run_on_interpreter(&c.params, c.layout, c.input_scale, &mut rng)
+    for (i, c) in cases.iter().enumerate() {
+        // Both targets' block sizes, alternately (they differ for dK/dV at head dim 128).
+        let target = Target::ALL[i % Target::ALL.len()];
+        let report = run_on_interpreter(&c.params, target, c.layout, c.input_scale, &mut rng)
             .unwrap_or_else(|e| panic!("{c:?}: {e}"));
         let w = worst
             .entry((c.params.dtype.name(), c.input_scale > 1.0))
@@ -38,7 +40,7 @@ fn attention_matches_the_f64_reference() {
             *slot = slot.max(err);
         }
         for failure in report.failures(Tolerance::for_dtype(c.params.dtype)) {
-            failures.push(format!("{c:?}: {failure}"));
+            failures.push(format!("{c:?} on {target}: {failure}"));
         }
     }
     for ((dtype, large), [o, lse, dq, dk, dv, cq, ck, cv]) in &worst {
@@ -126,17 +128,33 @@ fn bad_calls_are_refused_with_the_field_named() {
     let full = kiln_dsl::HostBuffer::zeros(DType::F16, 8 * 2 * 64);
     let lse = kiln_dsl::HostBuffer::zeros(DType::F32, 16);
     let t = |b| Tensor::new(b, l);
-    let err = cpu::forward(&p, t(&short), t(&full), t(&full), t(&full), &lse)
-        .unwrap_err()
-        .to_string();
+    let err = cpu::forward(
+        &p,
+        Target::Sm80,
+        t(&short),
+        t(&full),
+        t(&full),
+        t(&full),
+        &lse,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("q has 1023 elements but its shape and strides address 1024"),
         "{err}"
     );
     let wrong_dtype = kiln_dsl::HostBuffer::zeros(DType::BF16, 8 * 2 * 64);
-    let err = cpu::forward(&p, t(&full), t(&wrong_dtype), t(&full), t(&full), &lse)
-        .unwrap_err()
-        .to_string();
+    let err = cpu::forward(
+        &p,
+        Target::Sm80,
+        t(&full),
+        t(&wrong_dtype),
+        t(&full),
+        t(&full),
+        &lse,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("k holds bf16, expected f16"), "{err}");
     let negative = Layout {
         seq_stride: -128,
@@ -144,6 +162,7 @@ fn bad_calls_are_refused_with_the_field_named() {
     };
     let err = cpu::forward(
         &p,
+        Target::Sm80,
         Tensor::new(&full, negative),
         t(&full),
         t(&full),

@@ -47,6 +47,7 @@ fn attend(
     let kl = Layout::contiguous(k.len(), 1, D);
     cpu::forward(
         &p,
+        Target::Sm90a,
         Tensor::new(&qb, ql),
         Tensor::new(&kb, kl),
         Tensor::new(&vb, kl),

@@ -49,66 +49,10 @@ use std::str::FromStr;
 
 use inkwell::context::Context;
 use kiln_dsl::Kernel;
+pub use kiln_dsl::Target;
 
 pub use error::CodegenError;
 pub use layout::Layout;
-
-/// The GPU architecture PTX is emitted for, with the PTX ISA version it needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// Ampere and later (runs on Hopper too): PTX ISA 7.0.
-    Sm80,
-    /// Hopper with its architecture-specific features (wgmma, TMA): PTX ISA 8.0; runs on sm_90 only.
-    Sm90a,
-}
-
-impl Target {
-    pub const ALL: [Target; 2] = [Target::Sm80, Target::Sm90a];
-
-    /// The LLVM CPU name, which is also the PTX `.target` and ptxas's `-arch`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Sm80 => "sm_80",
-            Target::Sm90a => "sm_90a",
-        }
-    }
-
-    /// The most shared memory a block may have (static and dynamic): 163 KiB on sm_80 (A100),
-    /// 227 KiB on sm_90.
-    pub fn max_shared_bytes(self) -> u32 {
-        match self {
-            Target::Sm80 => 163 * 1024,
-            Target::Sm90a => 227 * 1024,
-        }
-    }
-
-    /// The LLVM target features: the PTX ISA version.
-    pub fn features(self) -> &'static str {
-        match self {
-            Target::Sm80 => "+ptx70",
-            Target::Sm90a => "+ptx80",
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Target {
-    type Err = CodegenError;
-
-    fn from_str(name: &str) -> Result<Target, CodegenError> {
-        Target::ALL
-            .into_iter()
-            .find(|t| t.name() == name)
-            .ok_or_else(|| CodegenError::Options {
-                message: format!("expected a target of sm_80 or sm_90a, got `{name}`"),
-            })
-    }
-}
 
 /// How to compile a kernel: for which GPU, with how many warps per program, how deep its
 /// streaming loops are pipelined, and what the launcher guarantees about the arguments.

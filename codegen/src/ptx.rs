@@ -29,7 +29,7 @@ pub fn target_machine(target: Target) -> Result<TargetMachine, CodegenError> {
         .create_target_machine(
             &triple,
             target.name(),
-            target.features(),
+            target_features(target),
             OptimizationLevel::Aggressive,
             RelocMode::Default,
             CodeModel::Default,
@@ -68,4 +68,12 @@ pub fn emit(module: &Module<'_>, machine: &TargetMachine) -> Result<String, Code
         .map_err(|e| CodegenError::llvm(Stage::Ptx, e))?;
     String::from_utf8(buffer.as_slice().to_vec())
         .map_err(|e| CodegenError::llvm(Stage::Ptx, format!("expected utf-8 ptx text: {e}")))
+}
+
+/// The LLVM target features of `target`: the PTX ISA version it needs.
+fn target_features(target: Target) -> &'static str {
+    match target {
+        Target::Sm80 => "+ptx70",
+        Target::Sm90a => "+ptx80",
+    }
 }

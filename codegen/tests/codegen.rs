@@ -85,8 +85,7 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
 }
 
 fn compile_case(case: &cases::Case) -> Compiled {
-    let target: Target = case.target.parse().unwrap();
-    compile(&case.kernel, &case_options(case, target))
+    compile(&case.kernel, &case_options(case, case.target))
         .unwrap_or_else(|e| panic!("{}: {e}", case.name))
 }
 
@@ -166,9 +165,9 @@ fn layout_of_a_dot_stages_operands_in_swizzled_shared_memory() {
 fn layout_of_attention_forward_takes_p_from_registers() {
     golden_layout(
         "attention_fwd_f16_d64_causal",
-        "attention_fwd_f16_d64_causal_w4_sm_80",
+        "attention_fwd_f16_d64_causal_sm_80",
     );
-    let compiled = compile_case(&case("attention_fwd_f16_d64_causal_w4_sm_80"));
+    let compiled = compile_case(&case("attention_fwd_f16_d64_causal_sm_80"));
     let layout = compiled.stage(Stage::Layout);
     let pv = layout
         .lines()
@@ -267,7 +266,7 @@ fn the_emulator_agrees_with_the_interpreter_on_every_gpu_case() {
     let mut failures = Vec::new();
     for case in cases::cases()
         .iter()
-        .filter(|c| c.target == "sm_80" && !is_attention(c))
+        .filter(|c| c.target == Target::Sm80 && !is_attention(c))
     {
         for run in cases::runs(case) {
             let outcome = emulate_run(case, &run);
@@ -296,13 +295,9 @@ fn the_emulator_agrees_with_the_interpreter_on_every_gpu_case() {
 /// mma tile per 16 rows, no more).
 #[test]
 fn the_emulator_agrees_at_one_and_eight_warps() {
-    let head_dim = |c: &cases::Case| match c.kernel.spec.get("HEAD_DIM") {
-        Some(kiln_dsl::SpecValue::Int(d)) => d,
-        _ => 0,
-    };
     for num_warps in [1, 8] {
         for case in cases::cases().into_iter().filter(|c| {
-            c.target == "sm_80"
+            c.target == Target::Sm80
                 && !c.name.starts_with("vector_add")
                 && !c.name.starts_with("scale")
                 && !c.name.starts_with("sliding_window")
@@ -321,44 +316,67 @@ fn the_emulator_agrees_at_one_and_eight_warps() {
     }
 }
 
+/// An attention case's head dim (0 for other kernels).
+fn head_dim(case: &cases::Case) -> usize {
+    match case.kernel.spec.get("HEAD_DIM") {
+        Some(kiln_dsl::SpecValue::Int(d)) => d as usize,
+        _ => 0,
+    }
+}
+
 /// Whether `case` is one of the four attention kernels.
 fn is_attention(case: &cases::Case) -> bool {
     ATTENTION_KERNELS.contains(&case.kernel.name())
 }
 
-/// An attention kernel as the config table compiles it: its warps and stages, and the C ABI's
-/// divisibility.
-fn attention_case(name: &str, dtype: DType, head_dim: usize, causal: bool) -> cases::Case {
-    let kernel = cases::attention_kernel(name, dtype, head_dim, causal);
+/// An attention kernel as the config table compiles it for `target`: its block sizes, warps and
+/// stages, and the C ABI's divisibility.
+fn attention_case(
+    name: &str,
+    dtype: DType,
+    head_dim: usize,
+    causal: bool,
+    target: Target,
+) -> cases::Case {
+    let kernel = cases::attention_kernel(name, dtype, head_dim, causal, target);
+    let config = cases::attention_config(name, head_dim, target);
     cases::Case {
-        name: format!("{name}_{dtype}_d{head_dim}_causal={causal}"),
+        name: format!("{name}_{dtype}_d{head_dim}_causal={causal}_{target}"),
         divisibility: cases::attention_divisibility(&kernel),
         kernel,
-        num_warps: cases::attention_num_warps(name, head_dim),
-        // sm_90a: the table's most pipelined choice, so the emulator runs it.
-        num_stages: cases::attention_num_stages(name, head_dim, "sm_90a"),
-        target: "sm_90a",
+        num_warps: config.num_warps,
+        num_stages: config.num_stages,
+        target,
         tolerance: cases::attention_tolerance(name, dtype),
     }
 }
 
 /// Every attention kernel at every head dim, f16 and bf16, causal and not, as the config table
-/// compiles it (pipelined, vectorised), on the GPU cases' ragged shapes (seqlen 70 x 45 and
-/// 45 x 70).
+/// compiles it (pipelined, vectorised) for each target where the targets' configurations
+/// differ, on the GPU cases' ragged shapes (seqlen 70 x 45 and 45 x 70).
 #[test]
 fn the_emulator_agrees_on_every_attention_kernel() {
     for name in ATTENTION_KERNELS {
         for head_dim in kiln_kernels::attention::HEAD_DIMS {
-            for dtype in [F16, BF16] {
-                for causal in [false, true] {
-                    let case = attention_case(name, dtype, head_dim, causal);
-                    for run in cases::runs(&case) {
-                        let outcome = emulate_run(&case, &run);
-                        assert_eq!(
-                            outcome.mismatches, 0,
-                            "{} {}: {:?}",
-                            case.name, run.label, outcome.first
-                        );
+            let targets: &[Target] = if cases::attention_config(name, head_dim, Target::Sm80)
+                == cases::attention_config(name, head_dim, Target::Sm90a)
+            {
+                &[Target::Sm90a]
+            } else {
+                &Target::ALL
+            };
+            for &target in targets {
+                for dtype in [F16, BF16] {
+                    for causal in [false, true] {
+                        let case = attention_case(name, dtype, head_dim, causal, target);
+                        for run in cases::runs(&case) {
+                            let outcome = emulate_run(&case, &run);
+                            assert_eq!(
+                                outcome.mismatches, 0,
+                                "{} {}: {:?}",
+                                case.name, run.label, outcome.first
+                            );
+                        }
                     }
                 }
             }
@@ -375,7 +393,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
     let gemm = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
     let mut pipelined = vec![gemm];
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
-        pipelined.push(attention_case(name, BF16, 64, true));
+        pipelined.push(attention_case(name, BF16, 64, true, Target::Sm80));
     }
     for base in &pipelined {
         for num_stages in 1..=4 {
@@ -385,7 +403,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 num_warps: base.num_warps,
                 num_stages,
                 divisibility: base.divisibility.clone(),
-                target: "sm_80",
+                target: Target::Sm80,
                 tolerance: base.tolerance,
             };
             let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
@@ -530,24 +548,19 @@ fn skeleton(thread: &str) -> String {
     out
 }
 
-/// The attention kernels as shipped: the streaming loops copy with `cp.async` (but dK/dV at head
-/// dim 128, which the config table keeps at 1 stage), and the tiles they load and store outside
-/// the loops move 16 bytes per vector.
+/// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
+/// and the tiles they load and store outside the loops move 16 bytes per vector.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
         for head_dim in kiln_kernels::attention::HEAD_DIMS {
-            let case = attention_case(name, F16, head_dim, false);
-            let compiled = compile(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-            let ptx = compiled.ptx();
-            let pipelined = cases::attention_num_stages(name, head_dim, "sm_90a") > 1;
-            assert_eq!(
-                ptx.contains("cp.async.cg.shared.global"),
-                pipelined,
-                "{}",
-                case.name
-            );
-            assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
+            for target in Target::ALL {
+                let case = attention_case(name, F16, head_dim, false, target);
+                assert!(case.num_stages > 1, "{} is not pipelined", case.name);
+                let ptx = compile_case(&case).ptx().to_string();
+                assert!(ptx.contains("cp.async.cg.shared.global"), "{}", case.name);
+                assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
+            }
         }
     }
 }
@@ -556,7 +569,7 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 /// launch must size and opt into.
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
-    let compiled = compile_case(&case("attention_fwd_bf16_d128_w8_sm_90a"));
+    let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
     // Q (128 x 128), and two buffers each of K and V (64 x 128), bf16.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
@@ -570,7 +583,7 @@ fn shared_memory_above_48_kib_is_dynamic() {
         compiled.ptx()
     );
     // Q (128 x 64) and two buffers each of K and V (64 x 64), f16: 48 KiB, still static.
-    let small = compile_case(&case("attention_fwd_f16_d64_causal_w4_sm_80"));
+    let small = compile_case(&case("attention_fwd_f16_d64_causal_sm_80"));
     assert_eq!(small.dynamic_shared_bytes(), 0);
     assert!(
         small
@@ -778,7 +791,7 @@ fn the_same_kernel_gives_byte_identical_ptx() {
         "vector_add_f16_b1024_w4_sm_80",
         "scale_loop_bf16_b256_w4_sm_90a",
         "gemm_bf16_aligned_m64_n64_k32_s3_w4_sm_90a",
-        "attention_bwd_dkdv_f16_d64_causal_w8_sm_80",
+        "attention_bwd_dkdv_f16_d64_causal_sm_80",
     ] {
         let first = compile_case(&case(name));
         let again = compile_case(&case(name));
@@ -959,10 +972,6 @@ fn num_warps_must_be_a_power_of_two() {
         err.to_string(),
         "invalid compile options: expected num_warps to be a power of two from 1 to 32, got 3"
     );
-    assert_eq!(
-        "sm_70".parse::<Target>().unwrap_err().to_string(),
-        "invalid compile options: expected a target of sm_80 or sm_90a, got `sm_70`"
-    );
 }
 
 // ---- the GPU test's PTX, and ptxas ----
@@ -1129,31 +1138,14 @@ fn ptxas_assembles_every_kernel_without_spills() {
     };
     let cases = cases::cases();
     let every_op = every_op_kernels();
-    let mut attention = Vec::new();
-    for name in ATTENTION_KERNELS {
-        for head_dim in kiln_kernels::attention::HEAD_DIMS {
-            for dtype in [F16, BF16] {
-                // The preprocessing kernel has no causal variant.
-                let masks: &[bool] = if name == "attention_bwd_preprocess" {
-                    &[false]
-                } else {
-                    &[false, true]
-                };
-                for &causal in masks {
-                    attention.push((head_dim, attention_case(name, dtype, head_dim, causal)));
-                }
-            }
-        }
-    }
-    // The attention cases are among the shipped specialisations below, compiled alike.
+    // The attention cases are every shipped specialisation, compiled as the config table says.
     let mut jobs: Vec<Assembly<'_>> = cases
         .iter()
-        .filter(|case| !is_attention(case))
         .map(|case| Assembly {
-            name: case.name.clone(),
+            name: format!("{}_w{}_s{}", case.name, case.num_warps, case.num_stages),
             kernel: &case.kernel,
-            options: case_options(case, case.target.parse().unwrap()),
-            spills_fail: true,
+            options: case_options(case, case.target),
+            spills_fail: !is_attention(case) || head_dim(case) <= 128,
         })
         .collect();
     for (name, kernel) in &every_op {
@@ -1163,30 +1155,6 @@ fn ptxas_assembles_every_kernel_without_spills() {
                 kernel,
                 options: CompileOptions::new(target, 4),
                 spills_fail: true,
-            });
-        }
-    }
-    for (head_dim, case) in &attention {
-        for target in Target::ALL {
-            // Stages depend on the target: the config table's register budgets differ.
-            let stages = cases::attention_num_stages(case.kernel.name(), *head_dim, target.name());
-            let options = case_options(case, target).with_stages(stages);
-            let mask = if flag(&case.kernel, "CAUSAL") {
-                "_causal"
-            } else {
-                ""
-            };
-            jobs.push(Assembly {
-                name: format!(
-                    "{}_{}_d{head_dim}{mask}_w{}_s{}_{target}",
-                    case.kernel.name(),
-                    case.kernel.spec.dtype_param("T").unwrap(),
-                    options.num_warps,
-                    options.num_stages
-                ),
-                kernel: &case.kernel,
-                options,
-                spills_fail: *head_dim <= 128,
             });
         }
     }
@@ -1216,9 +1184,4 @@ fn ptxas_assembles_every_kernel_without_spills() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-}
-
-/// Whether `kernel` was built with the bool spec parameter `name` set.
-fn flag(kernel: &Kernel, name: &str) -> bool {
-    matches!(kernel.spec.get(name), Some(kiln_dsl::SpecValue::Bool(true)))
 }

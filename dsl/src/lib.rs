@@ -10,6 +10,7 @@
 //! - [`builder`]: one method per DSL construct; all shape/type checks live in its `semantic` module.
 //! - [`printer`]: the text form (`Display for Kernel`); [`passes`]: folding and dead-code removal.
 //! - [`interp`]: runs a kernel over a grid on host buffers with the GPU's rounding.
+//! - [`target`]: the GPU architectures, which kernels' specialisations are chosen per.
 
 // The macro's generated code names `::kiln_dsl`, inside this crate too.
 #[allow(
@@ -26,6 +27,7 @@ pub mod ir;
 pub mod passes;
 pub mod printer;
 pub mod signature;
+pub mod target;
 pub mod types;
 
 pub use builder::{Builder, FnResult, FnType, ForScope, IfScope};
@@ -37,11 +39,12 @@ pub use kiln_macros::{kernel, kernel_fn};
 pub use signature::{
     ArgDecl, ArgType, DTypeRef, KernelSignature, Spec, SpecKind, SpecParam, SpecValue,
 };
+pub use target::{Target, UnknownTarget};
 pub use types::DType;
 
 /// What a kernel author's host code imports: the attributes, specs and dtypes.
 pub mod prelude {
     pub use crate::types::DType::{BF16, F16, F32, I1, I32, I64};
-    pub use crate::{DType, Spec};
+    pub use crate::{DType, Spec, Target};
     pub use crate::{kernel, kernel_fn};
 }

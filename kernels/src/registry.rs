@@ -2,9 +2,9 @@
 //! and `kiln ir` read. The defaults are f16 (f32 bias for the GEMM), attention at head dim 64,
 //! and block sizes the launchers would pick.
 
-use kiln_dsl::{DType, Kernel, KernelSignature, Spec};
+use kiln_dsl::{DType, Kernel, KernelSignature, Spec, Target};
 
-use crate::attention::{AttentionKernel, AttentionParams, backward, block_sizes, forward};
+use crate::attention::{AttentionKernel, AttentionParams, backward, config, forward};
 use crate::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// One kernel: its signature, its builder and the spec `kiln ir` uses when given none.
@@ -36,8 +36,10 @@ fn default_attention() -> AttentionParams {
     }
 }
 
-fn default_blocks() -> crate::attention::BlockSizes {
-    block_sizes(64).expect("head dim 64 has kernels")
+/// `kernel`'s spec for the default call, at sm_90a's block sizes.
+fn attention_spec(kernel: AttentionKernel) -> Spec {
+    let config = config(64, Target::Sm90a).expect("head dim 64 has kernels");
+    default_attention().spec(config.kernel(kernel))
 }
 
 /// A `T = f16` spec with the given block sizes.
@@ -54,24 +56,22 @@ pub fn kernels() -> Vec<KernelEntry> {
         KernelEntry {
             signature: &forward::attention_fwd::SIGNATURE,
             build: forward::attention_fwd::build,
-            default_spec: || default_attention().spec(AttentionKernel::Forward, default_blocks()),
+            default_spec: || attention_spec(AttentionKernel::Forward),
         },
         KernelEntry {
             signature: &backward::attention_bwd_preprocess::SIGNATURE,
             build: backward::attention_bwd_preprocess::build,
-            default_spec: || {
-                default_attention().spec(AttentionKernel::Preprocess, default_blocks())
-            },
+            default_spec: || attention_spec(AttentionKernel::Preprocess),
         },
         KernelEntry {
             signature: &backward::attention_bwd_dq::SIGNATURE,
             build: backward::attention_bwd_dq::build,
-            default_spec: || default_attention().spec(AttentionKernel::Dq, default_blocks()),
+            default_spec: || attention_spec(AttentionKernel::Dq),
         },
         KernelEntry {
             signature: &backward::attention_bwd_dkdv::SIGNATURE,
             build: backward::attention_bwd_dkdv::build,
-            default_spec: || default_attention().spec(AttentionKernel::DkDv, default_blocks()),
+            default_spec: || attention_spec(AttentionKernel::DkDv),
         },
         KernelEntry {
             signature: &gemm::gemm_bias_gelu::SIGNATURE,

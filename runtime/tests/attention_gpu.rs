@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use half::{bf16, f16};
-use kiln_dsl::{DType, Kernel};
+use kiln_dsl::{DType, Kernel, Target};
 use kiln_kernels::attention::check::{self, Inputs, Outputs, StridedTensor, Tolerance};
 use kiln_kernels::attention::plan::{
     self, Arg, AttentionKernel, BackwardLayouts, ForwardLayouts, Launch, Role,
@@ -112,16 +112,8 @@ struct Loaded {
 /// The four kernels of one (dtype, head dim, causal).
 /// The loaded kernels of one specialisation of a call (forward, preprocess, dQ, dK/dV).
 struct Kernels {
+    target: Target,
     loaded: HashMap<AttentionKernel, Loaded>,
-}
-
-/// The name the GPU test gives an attention case (`runtime/tests/gpu/cases.rs`).
-fn case_name(kernel: &str, p: &AttentionParams, causal: bool, warps: u32, target: &str) -> String {
-    let mask = if causal { "_causal" } else { "" };
-    format!(
-        "{kernel}_{}_d{}{mask}_w{warps}_{target}",
-        p.dtype, p.head_dim
-    )
 }
 
 fn load(
@@ -155,19 +147,26 @@ fn load(
     })
 }
 
-/// The launches of a call with packed tensors: the forward's, then the backward's.
-fn launches(p: &AttentionParams) -> Result<Vec<Launch>> {
+/// The launches of a call with packed tensors on `target`: the forward's, then the backward's.
+fn launches(p: &AttentionParams, target: Target) -> Result<Vec<Launch>> {
     strided_launches(
         p,
+        target,
         Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim),
         Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim),
     )
 }
 
-/// The launches of a call whose Q, O, dO and dQ are laid out as `q`, K, V, dK and dV as `k`.
-fn strided_launches(p: &AttentionParams, q: Layout, k: Layout) -> Result<Vec<Launch>> {
-    let forward =
-        plan::forward(p, &ForwardLayouts { q, k, v: k, o: q }).map_err(|e| e.to_string())?;
+/// The launches of a call on `target` whose Q, O, dO and dQ are laid out as `q`, K, V, dK and
+/// dV as `k`.
+fn strided_launches(
+    p: &AttentionParams,
+    target: Target,
+    q: Layout,
+    k: Layout,
+) -> Result<Vec<Launch>> {
+    let forward = plan::forward(p, &ForwardLayouts { q, k, v: k, o: q }, target)
+        .map_err(|e| e.to_string())?;
     let layouts = BackwardLayouts {
         q,
         k,
@@ -178,35 +177,32 @@ fn strided_launches(p: &AttentionParams, q: Layout, k: Layout) -> Result<Vec<Lau
         dk: k,
         dv: k,
     };
-    let backward = plan::backward(p, &layouts).map_err(|e| e.to_string())?;
+    let backward = plan::backward(p, &layouts, target).map_err(|e| e.to_string())?;
     Ok(std::iter::once(forward).chain(backward).collect())
 }
 
-/// Each kernel of a call built at its specialisation, with the name of its PTX case for `target`.
-fn specialisations(p: &AttentionParams, target: &str) -> Result<Vec<(Launch, Kernel, String)>> {
-    launches(p)?
+/// Each kernel of a call on `target` built at its specialisation.
+fn specialisations(p: &AttentionParams, target: Target) -> Result<Vec<(Launch, Kernel)>> {
+    launches(p, target)?
         .into_iter()
         .map(|launch| {
             let kernel = launch
                 .kernel
                 .build(&launch.spec)
                 .map_err(|e| e.to_string())?;
-            // The preprocessing kernel has no mask: its case is named without one.
-            let causal = p.causal && launch.kernel != AttentionKernel::Preprocess;
-            let name = case_name(kernel.name(), p, causal, launch.num_warps, target);
-            Ok((launch, kernel, name))
+            Ok((launch, kernel))
         })
         .collect()
 }
 
 impl Kernels {
-    fn load(device: &Device, set: &PtxSet, target: &str, p: &AttentionParams) -> Result<Kernels> {
+    fn load(device: &Device, set: &PtxSet, target: Target, p: &AttentionParams) -> Result<Kernels> {
         let mut loaded = HashMap::new();
-        for (launch, kernel, name) in specialisations(p, target)? {
-            let function = load(device, set, &kernel, &name, launch.num_warps)?;
+        for (launch, kernel) in specialisations(p, target)? {
+            let function = load(device, set, &kernel, &launch.name, launch.config.num_warps)?;
             loaded.insert(launch.kernel, function);
         }
-        Ok(Kernels { loaded })
+        Ok(Kernels { target, loaded })
     }
 }
 
@@ -214,7 +210,7 @@ impl Kernels {
 struct Cache<'a> {
     device: &'a Device,
     set: PtxSet,
-    target: &'static str,
+    target: Target,
     loaded: HashMap<(DType, usize, bool), Kernels>,
 }
 
@@ -280,13 +276,13 @@ fn run(device: &Device, kernels: &Kernels, launch: &Launch, t: &Tensors) -> Resu
 
 /// The forward launch: O and LSE from Q, K, V.
 fn run_forward(device: &Device, k: &Kernels, p: &AttentionParams, t: &Tensors) -> Result<()> {
-    let forward = launches(p)?.swap_remove(0);
+    let forward = launches(p, k.target)?.swap_remove(0);
     run(device, k, &forward, t)
 }
 
 /// The backward launches, in order: preprocessing (delta), dQ, dK/dV.
 fn run_backward(device: &Device, k: &Kernels, p: &AttentionParams, t: &Tensors) -> Result<()> {
-    for launch in &launches(p)?[1..] {
+    for launch in &launches(p, k.target)?[1..] {
         run(device, k, launch, t)?;
     }
     Ok(())
@@ -561,7 +557,7 @@ fn interp_one(
     let p = &c.params;
     let inputs = Inputs::random(p, c.layout, c.input_scale, &mut Rng::new(seed));
     let interpreter = Outputs::poisoned(p, &inputs);
-    check::run_interpreter(p, &inputs, &interpreter).map_err(|e| e.to_string())?;
+    check::run_interpreter(p, cache.target, &inputs, &interpreter).map_err(|e| e.to_string())?;
     let faults = interpreter.faults();
     if !faults.is_empty() {
         return Err(format!("the interpreter: {}", faults.join("; ")));
@@ -582,7 +578,7 @@ fn interp_one(
         delta: up(&poisoned.delta)?,
     };
     let kernels = cache.get(p)?;
-    for launch in strided_launches(p, inputs.q.layout, inputs.k.layout)? {
+    for launch in strided_launches(p, kernels.target, inputs.q.layout, inputs.k.layout)? {
         run(device, kernels, &launch, &t)?;
     }
     device.synchronize().map_err(runtime)?;
@@ -819,9 +815,10 @@ fn plan(set: &PtxSet, options: &Options) -> Result<()> {
     }
     let mut missing = std::collections::BTreeSet::new();
     for (name, p) in &calls {
-        let names: Vec<String> = specialisations(p, "sm_90a")?
+        let names: Vec<String> = specialisations(p, Target::Sm90a)?
             .into_iter()
-            .map(|(_, _, ptx)| {
+            .map(|(launch, _)| {
+                let ptx = launch.name;
                 if set.entries.contains_key(&ptx) {
                     ptx
                 } else {
@@ -953,11 +950,12 @@ fn main() -> ExitCode {
         }
     };
     let capability = device.compute_capability().unwrap_or((0, 0));
-    // `sm_90a` PTX runs on compute capability 9.0 only; `sm_80` PTX on any from 8.0.
-    let target = if capability == (9, 0) {
-        "sm_90a"
-    } else {
-        "sm_80"
+    let Some(target) = Target::for_capability(capability.0, capability.1) else {
+        eprintln!(
+            "error: kiln's kernels need compute capability 8.0 or newer, got {}.{}",
+            capability.0, capability.1
+        );
+        return ExitCode::FAILURE;
     };
     eprintln!(
         "device {}: {} (compute capability {}.{}), {target} PTX from {}",

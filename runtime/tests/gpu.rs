@@ -16,7 +16,7 @@ mod ptx;
 
 use std::process::ExitCode;
 
-use kiln_dsl::Grid;
+use kiln_dsl::{Grid, Target};
 use kiln_runtime::{Device, Function, LaunchArg, LaunchConfig, ParamType, RuntimeError};
 
 use cases::{Arg, Case, Outcome, Run, Tolerance};
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         .filter(|c| c.name.contains(&filter))
     {
         // `sm_90a` PTX runs on compute capability 9.0 only.
-        if case.target == "sm_90a" && capability != (9, 0) {
+        if case.target == Target::Sm90a && capability != (9, 0) {
             println!(
                 "{:40} {:18} skipped: needs compute capability 9.0",
                 case.name, ""

@@ -2,7 +2,7 @@
 //! padding, one forward + backward run on fresh random inputs, and the per-dtype error bars.
 //! The test suite and `kiln demo` both run through here.
 
-use kiln_dsl::{DType, HostBuffer};
+use kiln_dsl::{DType, HostBuffer, Target};
 
 use super::cpu::{self, BackwardOutputs};
 use super::{AttentionError, AttentionParams, Layout, Tensor};
@@ -472,15 +472,17 @@ impl Outputs {
     }
 }
 
-/// Forward and backward on the interpreter, `outputs` written.
+/// Forward and backward on the interpreter as `target` runs them, `outputs` written.
 pub fn run_interpreter(
     p: &AttentionParams,
+    target: Target,
     inputs: &Inputs,
     outputs: &Outputs,
 ) -> Result<(), AttentionError> {
     let Inputs { q, k, v, d_o } = inputs;
     cpu::forward(
         p,
+        target,
         q.as_tensor(),
         k.as_tensor(),
         v.as_tensor(),
@@ -495,6 +497,7 @@ pub fn run_interpreter(
     };
     cpu::backward(
         p,
+        target,
         q.as_tensor(),
         k.as_tensor(),
         v.as_tensor(),
@@ -505,16 +508,18 @@ pub fn run_interpreter(
     )
 }
 
-/// Runs forward and backward on the interpreter with fresh inputs from `rng` (q and k with
-/// standard deviation `input_scale`, v and dO with 1) and compares with the f64 reference.
+/// Runs forward and backward on the interpreter, as `target` runs them, with fresh inputs from
+/// `rng` (q and k with standard deviation `input_scale`, v and dO with 1) and compares with the
+/// f64 reference.
 pub fn run_on_interpreter(
     p: &AttentionParams,
+    target: Target,
     layout: LayoutKind,
     input_scale: f64,
     rng: &mut Rng,
 ) -> Result<Report, AttentionError> {
     let inputs = Inputs::random(p, layout, input_scale, rng);
     let outputs = Outputs::poisoned(p, &inputs);
-    run_interpreter(p, &inputs, &outputs)?;
+    run_interpreter(p, target, &inputs, &outputs)?;
     Ok(outputs.compare(p, &inputs.reference(p), input_scale > 1.0))
 }

@@ -1,107 +1,115 @@
-//! Block sizes and warps of the attention kernels, per head dim: the one table every launch reads.
+//! How each attention kernel is specialised, per target and head dim: block sizes, warps and
+//! pipeline stages. The one table every launch, every shipped PTX and every test reads.
 //!
-//! | head dim | forward BLOCK_M x BLOCK_N, warps, stages | backward BLOCK_M x BLOCK_N (dQ and dK/dV), warps dQ / dK/dV, stages dQ / dK/dV |
-//! | --- | --- | --- |
-//! | 32, 64 | 128 x 64, 4, 2 | 64 x 64, 4 / 8, 2 / 2 |
-//! | 128 | 128 x 64, 8, 2 | 64 x 64, 8 / 8, 2 / 2 (1 on sm_80) |
-//! | 256 | 64 x 32, 4, 2 | 32 x 32, 4 / 8, 2 / 2 |
+//! Each entry is `BLOCK_M x BLOCK_N, warps, stages`. BLOCK_M counts query rows and BLOCK_N key
+//! rows in every kernel: the forward and dQ hold BLOCK_M query rows per program and stream K/V
+//! in BLOCK_N-row tiles; dK/dV holds BLOCK_N key rows and streams Q/dO in BLOCK_M-row tiles; the
+//! preprocessing kernel has only BLOCK_M.
+//!
+//! | target | head dim | forward | preprocess | dQ | dK/dV |
+//! | --- | --- | --- | --- | --- | --- |
+//! | both | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_90a | 128 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 128 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
+//! | both | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
 //! program's tiles in registers. Warps: 8 where 4 warps' registers cannot hold the accumulators
 //! without spilling (the forward's 128-row O at head dim 128; dK/dV's two accumulators), else 4,
 //! which keeps every warp along M so that dQ's `dS @ K` takes dS from registers; dQ at head dim
 //! 128 takes 8 (dS then goes through shared memory) because 4 warps sit at 255 registers and
-//! spill once pipelined. Stages are
-//! kiln-codegen's `CompileOptions::num_stages` for the kernel's streaming loop (K/V in the
-//! forward and dQ, Q/dO in dK/dV): shared buffers per streamed tile, one tile in flight with
-//! `cp.async` while the program computes on another (FlashAttention-2's double buffering; the
-//! preprocessing kernel has no loop). dK/dV at head dim 128 keeps 1 stage on sm_80 (its Q/dO
-//! loads go through registers there): pipelined, its causal variant needs 255 registers and
-//! spills 28 bytes for sm_80 (ptxas 13.0; sm_90a fits it without a spill), and the tests allow no
-//! spill up to head dim 128. The performance issue retunes these per architecture.
+//! spill once pipelined. Stages are kiln-codegen's `CompileOptions::num_stages` for the
+//! kernel's streaming loop: shared buffers per streamed tile, one tile in flight with
+//! `cp.async` while the program computes on another (FlashAttention-2's double buffering).
+//!
+//! The targets differ at one entry: ptxas allocates registers differently for sm_80, where dK/dV
+//! at head dim 128 with 64-row Q/dO tiles spills 28 bytes once pipelined (sm_90a fits it in 255
+//! registers), so sm_80 streams 32-row tiles (237 registers, no spill). Halving the key block
+//! instead was measured and rejected (docs/PERF.md, 2026-11-22: it costs a quarter of the
+//! backward because every program then streams all of Q/dO for half the work).
+
+use kiln_dsl::Target;
 
 use super::plan::AttentionKernel;
 
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
-/// Block sizes for one head dim.
+/// How one kernel is specialised and launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockSizes {
-    pub fwd_block_m: usize,
-    pub fwd_block_n: usize,
-    pub bwd_block_m: usize,
-    pub bwd_block_n: usize,
-    /// Rows per program of the backward preprocessing kernel.
-    pub preprocess_block_m: usize,
-    pub fwd_num_warps: u32,
-    pub preprocess_num_warps: u32,
-    pub dq_num_warps: u32,
-    pub dkdv_num_warps: u32,
-    /// Pipeline stages (kiln-codegen's `num_stages`) of the forward, dQ and dK/dV kernels.
-    pub fwd_num_stages: u32,
-    pub dq_num_stages: u32,
-    pub dkdv_num_stages: u32,
-    /// dK/dV's stages when compiled for sm_80, whose register allocation differs.
-    pub dkdv_num_stages_sm80: u32,
+pub struct KernelConfig {
+    /// Query rows per program (forward, preprocess, dQ) or per streamed tile (dK/dV).
+    pub block_m: usize,
+    /// Key rows per streamed tile (forward, dQ) or per program (dK/dV); `None` for the
+    /// preprocessing kernel, which reads no keys.
+    pub block_n: Option<usize>,
+    pub num_warps: u32,
+    /// kiln-codegen's `num_stages` for the kernel's streaming loop; 1 for the preprocessing
+    /// kernel, which has none.
+    pub num_stages: u32,
 }
 
-impl BlockSizes {
-    /// Warps per program of `kernel`.
-    pub fn num_warps(&self, kernel: AttentionKernel) -> u32 {
-        match kernel {
-            AttentionKernel::Forward => self.fwd_num_warps,
-            AttentionKernel::Preprocess => self.preprocess_num_warps,
-            AttentionKernel::Dq => self.dq_num_warps,
-            AttentionKernel::DkDv => self.dkdv_num_warps,
-        }
-    }
-
-    /// Pipeline stages of `kernel` compiled for `target` (`sm_80` or `sm_90a`); 1 for the
-    /// preprocessing kernel, which has no streaming loop.
-    pub fn num_stages(&self, kernel: AttentionKernel, target: &str) -> u32 {
-        match kernel {
-            AttentionKernel::Forward => self.fwd_num_stages,
-            AttentionKernel::Dq => self.dq_num_stages,
-            AttentionKernel::DkDv if target == "sm_80" => self.dkdv_num_stages_sm80,
-            AttentionKernel::DkDv => self.dkdv_num_stages,
-            AttentionKernel::Preprocess => 1,
+impl KernelConfig {
+    const fn new(block_m: usize, block_n: usize, num_warps: u32, num_stages: u32) -> KernelConfig {
+        KernelConfig {
+            block_m,
+            block_n: Some(block_n),
+            num_warps,
+            num_stages,
         }
     }
 }
 
-/// The block sizes for `head_dim`, or `None` if kiln has no attention kernel for it.
-pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
+/// The four kernels' configurations for one target and head dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionConfig {
+    pub forward: KernelConfig,
+    pub preprocess: KernelConfig,
+    pub dq: KernelConfig,
+    pub dkdv: KernelConfig,
+}
+
+impl AttentionConfig {
+    pub fn kernel(&self, kernel: AttentionKernel) -> KernelConfig {
+        match kernel {
+            AttentionKernel::Forward => self.forward,
+            AttentionKernel::Preprocess => self.preprocess,
+            AttentionKernel::Dq => self.dq,
+            AttentionKernel::DkDv => self.dkdv,
+        }
+    }
+}
+
+/// The configuration for `head_dim` on `target`, or `None` if kiln has no attention kernel for
+/// that head dim.
+pub fn config(head_dim: usize, target: Target) -> Option<AttentionConfig> {
+    let preprocess = KernelConfig {
+        block_m: 64,
+        block_n: None,
+        num_warps: 4,
+        num_stages: 1,
+    };
     match head_dim {
-        32 | 64 | 128 => Some(BlockSizes {
-            fwd_block_m: 128,
-            fwd_block_n: 64,
-            bwd_block_m: 64,
-            bwd_block_n: 64,
-            preprocess_block_m: 64,
-            fwd_num_warps: if head_dim == 128 { 8 } else { 4 },
-            preprocess_num_warps: 4,
-            dq_num_warps: if head_dim == 128 { 8 } else { 4 },
-            dkdv_num_warps: 8,
-            fwd_num_stages: 2,
-            dq_num_stages: 2,
-            dkdv_num_stages: 2,
-            dkdv_num_stages_sm80: if head_dim == 128 { 1 } else { 2 },
+        32 | 64 => Some(AttentionConfig {
+            forward: KernelConfig::new(128, 64, 4, 2),
+            preprocess,
+            dq: KernelConfig::new(64, 64, 4, 2),
+            dkdv: KernelConfig::new(64, 64, 8, 2),
         }),
-        256 => Some(BlockSizes {
-            fwd_block_m: 64,
-            fwd_block_n: 32,
-            bwd_block_m: 32,
-            bwd_block_n: 32,
-            preprocess_block_m: 64,
-            fwd_num_warps: 4,
-            preprocess_num_warps: 4,
-            dq_num_warps: 4,
-            dkdv_num_warps: 8,
-            fwd_num_stages: 2,
-            dq_num_stages: 2,
-            dkdv_num_stages: 2,
-            dkdv_num_stages_sm80: 2,
+        128 => Some(AttentionConfig {
+            forward: KernelConfig::new(128, 64, 8, 2),
+            preprocess,
+            dq: KernelConfig::new(64, 64, 8, 2),
+            dkdv: match target {
+                Target::Sm80 => KernelConfig::new(32, 64, 8, 2),
+                Target::Sm90a => KernelConfig::new(64, 64, 8, 2),
+            },
+        }),
+        256 => Some(AttentionConfig {
+            forward: KernelConfig::new(64, 32, 4, 2),
+            preprocess,
+            dq: KernelConfig::new(32, 32, 4, 2),
+            dkdv: KernelConfig::new(32, 32, 8, 2),
         }),
         _ => None,
     }
@@ -109,20 +117,40 @@ pub fn block_sizes(head_dim: usize) -> Option<BlockSizes> {
 
 /// Every block size the attention kernels use, for tests that step just below and above each.
 pub fn all_block_sizes() -> Vec<usize> {
-    let mut sizes: Vec<usize> = HEAD_DIMS
-        .iter()
-        .filter_map(|&d| block_sizes(d))
-        .flat_map(|b| {
-            [
-                b.fwd_block_m,
-                b.fwd_block_n,
-                b.bwd_block_m,
-                b.bwd_block_n,
-                b.preprocess_block_m,
-            ]
-        })
+    let mut sizes: Vec<usize> = Target::ALL
+        .into_iter()
+        .flat_map(|target| HEAD_DIMS.iter().filter_map(move |&d| config(d, target)))
+        .flat_map(|c| AttentionKernel::ALL.map(|k| c.kernel(k)))
+        .flat_map(|k| [Some(k.block_m), k.block_n])
+        .flatten()
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
     sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_head_dim_has_a_configuration_on_every_target() {
+        for target in Target::ALL {
+            for head_dim in HEAD_DIMS {
+                let c = config(head_dim, target).expect("a configuration");
+                assert_eq!(c.preprocess.block_n, None);
+                for kernel in [
+                    AttentionKernel::Forward,
+                    AttentionKernel::Dq,
+                    AttentionKernel::DkDv,
+                ] {
+                    assert!(
+                        c.kernel(kernel).block_n.is_some(),
+                        "{kernel:?} at {head_dim}"
+                    );
+                }
+            }
+        }
+        assert_eq!(config(96, Target::Sm80), None);
+    }
 }

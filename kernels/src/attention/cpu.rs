@@ -1,6 +1,8 @@
-//! Attention on the CPU interpreter: the launches of [`super::plan`], bound to host buffers.
+//! Attention on the CPU interpreter: the launches of [`super::plan`], bound to host buffers. The
+//! plan is a target's (its block sizes decide the order of floating-point sums), so the
+//! interpreter reproduces what that target's PTX computes, within rounding.
 
-use kiln_dsl::{Grid, HostBuffer, KernelArg};
+use kiln_dsl::{Grid, HostBuffer, KernelArg, Target};
 
 use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
 use super::{AttentionError, AttentionParams, Tensor, check_rows};
@@ -23,9 +25,11 @@ fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(
     Ok(())
 }
 
-/// Forward: writes `o` (shaped like `q`) and the natural-log `lse` (`[batch, heads_q, seqlen_q]`).
+/// Forward as `target` runs it: writes `o` (shaped like `q`) and the natural-log `lse`
+/// (`[batch, heads_q, seqlen_q]`).
 pub fn forward(
     p: &AttentionParams,
+    target: Target,
     q: Tensor<'_>,
     k: Tensor<'_>,
     v: Tensor<'_>,
@@ -44,7 +48,7 @@ pub fn forward(
         v: v.layout,
         o: o.layout,
     };
-    run(&plan::forward(p, &layouts)?, |role| match role {
+    run(&plan::forward(p, &layouts, target)?, |role| match role {
         Role::Q => q.buffer,
         Role::K => k.buffer,
         Role::V => v.buffer,
@@ -63,9 +67,11 @@ pub struct BackwardOutputs<'a> {
     pub delta: &'a HostBuffer,
 }
 
-/// Backward: the preprocessing kernel, then the dQ kernel and the dK/dV kernel.
+/// Backward as `target` runs it: the preprocessing kernel, then the dQ kernel and the dK/dV
+/// kernel.
 pub fn backward(
     p: &AttentionParams,
+    target: Target,
     q: Tensor<'_>,
     k: Tensor<'_>,
     v: Tensor<'_>,
@@ -95,7 +101,7 @@ pub fn backward(
         dk: out.dk.layout,
         dv: out.dv.layout,
     };
-    for launch in plan::backward(p, &layouts)? {
+    for launch in plan::backward(p, &layouts, target)? {
         run(&launch, |role| match role {
             Role::Q => q.buffer,
             Role::K => k.buffer,

@@ -1,4 +1,4 @@
-//! FlashAttention: the kernels (written in the DSL), their block-size table, the parameters of a
+//! FlashAttention: the kernels (written in the DSL), their configuration table per target, the parameters of a
 //! call with their validation, and the launches on the CPU interpreter.
 //!
 //! A call is one [`AttentionParams`] plus [`Tensor`]s in the `[batch, seqlen, heads, head_dim]`
@@ -14,9 +14,9 @@ pub mod plan;
 
 use std::fmt;
 
-use kiln_dsl::{DType, HostBuffer, Spec};
+use kiln_dsl::{DType, HostBuffer, Spec, Target};
 
-pub use config::{BlockSizes, HEAD_DIMS, block_sizes};
+pub use config::{AttentionConfig, HEAD_DIMS, KernelConfig, config};
 pub use plan::AttentionKernel;
 
 /// What an attention call computes.
@@ -79,8 +79,8 @@ impl AttentionParams {
         1.0 / (head_dim as f32).sqrt()
     }
 
-    /// The block sizes for this call's head dim, after checking every field.
-    pub fn validate(&self) -> Result<BlockSizes, AttentionError> {
+    /// Checks every field, the head dim included (kiln must have kernels for it).
+    pub fn validate(&self) -> Result<(), AttentionError> {
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32) {
             return Err(invalid(format!(
                 "dtype must be f16 or bf16 (or f32 in the interpreter), got {}",
@@ -119,29 +119,34 @@ impl AttentionParams {
                 "batch * heads_q * seqlen_q must stay below 2^31, got {lse_rows}"
             )));
         }
-        block_sizes(self.head_dim).ok_or_else(|| {
-            AttentionError::Unsupported(format!(
+        if !HEAD_DIMS.contains(&self.head_dim) {
+            return Err(AttentionError::Unsupported(format!(
                 "head_dim {} (kiln has attention kernels for head dims {HEAD_DIMS:?})",
                 self.head_dim
-            ))
-        })
+            )));
+        }
+        Ok(())
     }
 
-    /// The specialisation of `kernel` for this call, at the block sizes of `blocks`.
-    pub fn spec(&self, kernel: AttentionKernel, blocks: BlockSizes) -> Spec {
+    /// The kernels' configuration on `target` for this call, after [`Self::validate`].
+    pub fn config(&self, target: Target) -> Result<AttentionConfig, AttentionError> {
+        self.validate()?;
+        Ok(config(self.head_dim, target).expect("the table covers every head dim in HEAD_DIMS"))
+    }
+
+    /// The specialisation of a kernel for this call, at the block sizes of its `config`.
+    pub fn spec(&self, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
-            .int("HEAD_DIM", self.head_dim as i64);
-        let (block_m, block_n) = match kernel {
-            AttentionKernel::Preprocess => {
-                return spec.int("BLOCK_M", blocks.preprocess_block_m as i64);
-            }
-            AttentionKernel::Forward => (blocks.fwd_block_m, blocks.fwd_block_n),
-            AttentionKernel::Dq | AttentionKernel::DkDv => (blocks.bwd_block_m, blocks.bwd_block_n),
-        };
-        spec.int("BLOCK_M", block_m as i64)
-            .int("BLOCK_N", block_n as i64)
-            .flag("CAUSAL", self.causal)
+            .int("HEAD_DIM", self.head_dim as i64)
+            .int("BLOCK_M", config.block_m as i64);
+        // The preprocessing kernel reads no keys: no key block, no mask.
+        match config.block_n {
+            None => spec,
+            Some(block_n) => spec
+                .int("BLOCK_N", block_n as i64)
+                .flag("CAUSAL", self.causal),
+        }
     }
 
     /// Elements of the `[batch, heads_q, seqlen_q]` LSE (and delta) arrays.

@@ -1,10 +1,10 @@
-//! What an attention call launches, independent of where it runs: for each kernel its
-//! specialisation, grid, warps and argument list, with buffers named by role. The interpreter
+//! What an attention call launches for a target, independent of where it runs: for each kernel
+//! its specialisation, warps, stages, grid and argument list, with buffers named by role. The interpreter
 //! (`cpu`) and the GPU bind the roles to their own buffers, so both launch exactly the same thing.
 
-use kiln_dsl::{Kernel, Spec};
+use kiln_dsl::{Kernel, Spec, Target};
 
-use super::{AttentionError, AttentionParams, Layout, backward, forward};
+use super::{AttentionError, AttentionParams, KernelConfig, Layout, backward, forward};
 
 /// One of the four attention kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,14 +78,56 @@ pub enum Arg {
     F32(f32),
 }
 
-/// One kernel launch of an attention call.
+/// The name of `kernel`'s specialisation for calls like `p` on `target`, such as
+/// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The
+/// preprocessing kernel has no mask, so its name has none.
+pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
+    let mask = if p.causal && kernel != AttentionKernel::Preprocess {
+        "_causal"
+    } else {
+        ""
+    };
+    format!(
+        "{}_{}_d{}{mask}_{target}",
+        kernel.name(),
+        p.dtype,
+        p.head_dim
+    )
+}
+
+/// One kernel launch of an attention call: which kernel, compiled how, launched how.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub kernel: AttentionKernel,
+    /// [`specialisation_name`]: the kernel, dtype, head dim, mask and target.
+    pub name: String,
+    pub target: Target,
+    /// Block sizes, warps and stages, from the configuration table.
+    pub config: KernelConfig,
     pub spec: Spec,
     pub grid: [u32; 3],
-    pub num_warps: u32,
     pub args: Vec<Arg>,
+}
+
+impl Launch {
+    fn new(
+        p: &AttentionParams,
+        kernel: AttentionKernel,
+        target: Target,
+        config: KernelConfig,
+        grid: [u32; 3],
+        args: Vec<Arg>,
+    ) -> Launch {
+        Launch {
+            kernel,
+            name: specialisation_name(kernel, p, target),
+            target,
+            config,
+            spec: p.spec(config),
+            grid,
+            args,
+        }
+    }
 }
 
 /// The strides of the forward pass's tensors.
@@ -122,9 +164,13 @@ fn blocks(n: usize, block: usize) -> u32 {
     n.div_ceil(block) as u32
 }
 
-/// The forward pass: one launch of [`AttentionKernel::Forward`].
-pub fn forward(p: &AttentionParams, layouts: &ForwardLayouts) -> Result<Launch, AttentionError> {
-    let sizes = p.validate()?;
+/// The forward pass on `target`: one launch of [`AttentionKernel::Forward`].
+pub fn forward(
+    p: &AttentionParams,
+    layouts: &ForwardLayouts,
+    target: Target,
+) -> Result<Launch, AttentionError> {
+    let config = p.config(target)?.forward;
     let mut args = vec![
         Arg::Buffer(Role::Q),
         Arg::Buffer(Role::K),
@@ -140,25 +186,28 @@ pub fn forward(p: &AttentionParams, layouts: &ForwardLayouts) -> Result<Launch, 
         args.extend(strides(layout));
     }
     args.push(Arg::F32(p.softmax_scale));
-    Ok(Launch {
-        kernel: AttentionKernel::Forward,
-        spec: p.spec(AttentionKernel::Forward, sizes),
-        grid: [
-            blocks(p.seqlen_q, sizes.fwd_block_m),
-            (p.batch * p.heads_q) as u32,
-            1,
-        ],
-        num_warps: sizes.num_warps(AttentionKernel::Forward),
+    let grid = [
+        blocks(p.seqlen_q, config.block_m),
+        (p.batch * p.heads_q) as u32,
+        1,
+    ];
+    Ok(Launch::new(
+        p,
+        AttentionKernel::Forward,
+        target,
+        config,
+        grid,
         args,
-    })
+    ))
 }
 
-/// The backward pass, in order: preprocessing (delta), dQ, dK/dV.
+/// The backward pass on `target`, in order: preprocessing (delta), dQ, dK/dV.
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,
+    target: Target,
 ) -> Result<[Launch; 3], AttentionError> {
-    let sizes = p.validate()?;
+    let config = p.config(target)?;
     let mut preprocess_args = vec![
         Arg::Buffer(Role::O),
         Arg::Buffer(Role::DO),
@@ -168,17 +217,18 @@ pub fn backward(
     ];
     preprocess_args.extend(strides(layouts.o));
     preprocess_args.extend(strides(layouts.d_o));
-    let preprocess = Launch {
-        kernel: AttentionKernel::Preprocess,
-        spec: p.spec(AttentionKernel::Preprocess, sizes),
-        grid: [
-            blocks(p.seqlen_q, sizes.preprocess_block_m),
+    let preprocess = Launch::new(
+        p,
+        AttentionKernel::Preprocess,
+        target,
+        config.preprocess,
+        [
+            blocks(p.seqlen_q, config.preprocess.block_m),
             (p.batch * p.heads_q) as u32,
             1,
         ],
-        num_warps: sizes.num_warps(AttentionKernel::Preprocess),
-        args: preprocess_args,
-    };
+        preprocess_args,
+    );
 
     let mut dq_args = vec![
         Arg::Buffer(Role::Q),
@@ -197,17 +247,18 @@ pub fn backward(
         dq_args.extend(strides(layout));
     }
     dq_args.push(Arg::F32(p.softmax_scale));
-    let dq = Launch {
-        kernel: AttentionKernel::Dq,
-        spec: p.spec(AttentionKernel::Dq, sizes),
-        grid: [
-            blocks(p.seqlen_q, sizes.bwd_block_m),
+    let dq = Launch::new(
+        p,
+        AttentionKernel::Dq,
+        target,
+        config.dq,
+        [
+            blocks(p.seqlen_q, config.dq.block_m),
             (p.batch * p.heads_q) as u32,
             1,
         ],
-        num_warps: sizes.num_warps(AttentionKernel::Dq),
-        args: dq_args,
-    };
+        dq_args,
+    );
 
     let mut dkdv_args = vec![
         Arg::Buffer(Role::Q),
@@ -234,16 +285,18 @@ pub fn backward(
         dkdv_args.extend(strides(layout));
     }
     dkdv_args.push(Arg::F32(p.softmax_scale));
-    let dkdv = Launch {
-        kernel: AttentionKernel::DkDv,
-        spec: p.spec(AttentionKernel::DkDv, sizes),
-        grid: [
-            blocks(p.seqlen_k, sizes.bwd_block_n),
+    let key_block = config.dkdv.block_n.expect("dK/dV has a key block");
+    let dkdv = Launch::new(
+        p,
+        AttentionKernel::DkDv,
+        target,
+        config.dkdv,
+        [
+            blocks(p.seqlen_k, key_block),
             (p.batch * p.heads_kv) as u32,
             1,
         ],
-        num_warps: sizes.num_warps(AttentionKernel::DkDv),
-        args: dkdv_args,
-    };
+        dkdv_args,
+    );
     Ok([preprocess, dq, dkdv])
 }

@@ -4,9 +4,9 @@
 
 use std::process::ExitCode;
 
-use kiln_dsl::DType;
+use kiln_dsl::{DType, Target};
+use kiln_kernels::attention::AttentionParams;
 use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
-use kiln_kernels::attention::{AttentionKernel, AttentionParams};
 use kiln_kernels::reference::Rng;
 use kiln_kernels::registry;
 
@@ -15,6 +15,9 @@ const USAGE: &str = "usage:
                                       against the f64 reference; prints the errors and the forward IR
   kiln list                           the kernels and their specialisation parameters
   kiln ir <kernel> [--spec K=V,...]   a kernel's tile IR (defaults: f16, head dim 64, causal)";
+
+/// The target whose block sizes the demo's interpreter runs use.
+const TARGET: Target = Target::Sm90a;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -100,8 +103,14 @@ fn demo() -> Result<(), String> {
         params.causal
     );
     let start = std::time::Instant::now();
-    let report = run_on_interpreter(&params, LayoutKind::Packed, 1.0, &mut Rng::new(seed))
-        .map_err(|e| e.to_string())?;
+    let report = run_on_interpreter(
+        &params,
+        TARGET,
+        LayoutKind::Packed,
+        1.0,
+        &mut Rng::new(seed),
+    )
+    .map_err(|e| e.to_string())?;
     let tolerance = Tolerance::for_dtype(params.dtype);
     let [dq_terms, dk_terms, dv_terms] = report.conditioned;
     println!("  output                 worst-row error vs f64   bar");
@@ -120,8 +129,8 @@ fn demo() -> Result<(), String> {
     println!("  ({:.2} s)\n", start.elapsed().as_secs_f64());
 
     let fwd = registry::find("attention_fwd")?;
-    let blocks = params.validate().map_err(|e| e.to_string())?;
-    let spec = params.spec(AttentionKernel::Forward, blocks);
+    let config = params.config(TARGET).map_err(|e| e.to_string())?;
+    let spec = params.spec(config.forward);
     let kernel = (fwd.build)(&spec).map_err(|e| e.to_string())?;
     println!("The forward kernel's tile IR at this specialisation:\n\n{kernel}");
 

@@ -15,7 +15,9 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionKernel, AttentionParams, Tensor, block_sizes, cpu, plan};
+use kiln_kernels::attention::{
+    AttentionKernel, AttentionParams, KernelConfig, Tensor, config, cpu, plan,
+};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -99,8 +101,7 @@ pub struct Case {
     /// kiln-codegen's `divisibility`: `(argument, n)`, the argument is a multiple of `n` (a
     /// pointer's address in bytes, an integer's value) in every run, as the launcher checks.
     pub divisibility: Vec<(&'static str, u64)>,
-    /// `sm_80` or `sm_90a`.
-    pub target: &'static str,
+    pub target: Target,
     pub tolerance: Tolerance,
 }
 
@@ -134,14 +135,13 @@ pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
     ("c_row_stride", 8),
 ];
 
-/// Pipeline stages of attention kernel `name` at `head_dim`, from kiln-kernels' table (the
-/// preprocessing kernel has no loop: 1).
-pub fn attention_num_stages(name: &str, head_dim: usize, target: &str) -> u32 {
-    let sizes = block_sizes(head_dim).expect("a supported head dim");
-    sizes.num_stages(attention_kernel_named(name), target)
+/// Block sizes, warps and stages of attention kernel `name` at `head_dim` on `target`, from
+/// kiln-kernels' table.
+pub fn attention_config(name: &str, head_dim: usize, target: Target) -> KernelConfig {
+    config(head_dim, target)
+        .expect("a supported head dim")
+        .kernel(attention_kernel_named(name))
 }
-
-pub const TARGETS: [&str; 2] = ["sm_80", "sm_90a"];
 
 /// Tolerance of a kernel that reduces in f32 and may use `ex2.approx`, storing `dtype`: a few
 /// units of its last place, and of f32's reassociated sums.
@@ -188,12 +188,6 @@ pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
     cases
 }
 
-/// Warps per program of attention kernel `name` at `head_dim`, from kiln-kernels' table.
-pub fn attention_num_warps(name: &str, head_dim: usize) -> u32 {
-    let sizes = block_sizes(head_dim).expect("a supported head dim");
-    sizes.num_warps(attention_kernel_named(name))
-}
-
 /// The parameters of an attention case's runs at `seqlen_q x seqlen_k`: batch 1, 2 heads, the
 /// default scale.
 pub fn attention_params(
@@ -216,13 +210,17 @@ pub fn attention_params(
     }
 }
 
-/// An attention kernel at the block sizes of `kiln_kernels::attention::config`.
-pub fn attention_kernel(name: &str, dtype: DType, head_dim: usize, causal: bool) -> Kernel {
+/// An attention kernel at the block sizes of `kiln_kernels::attention::config` for `target`.
+pub fn attention_kernel(
+    name: &str,
+    dtype: DType,
+    head_dim: usize,
+    causal: bool,
+    target: Target,
+) -> Kernel {
     let params = attention_params(dtype, head_dim, causal, 1, 1);
-    let blocks = block_sizes(head_dim).expect("a head dim kiln supports");
-    let kernel = attention_kernel_named(name);
-    kernel
-        .build(&params.spec(kernel, blocks))
+    attention_kernel_named(name)
+        .build(&params.spec(attention_config(name, head_dim, target)))
         .unwrap_or_else(|e| panic!("{name} builds: {e}"))
 }
 
@@ -246,7 +244,7 @@ pub fn attention_tolerance(name: &str, dtype: DType) -> Tolerance {
 /// general 2-D kernels at the block sizes their launchers pick for the runs' shapes.
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    for target in TARGETS {
+    for target in Target::ALL {
         let mut case = |name: String, kernel: Kernel, tolerance: Tolerance| {
             cases.push(Case {
                 name: format!("{name}_w4_{target}"),
@@ -338,7 +336,7 @@ pub fn cases() -> Vec<Case> {
         }
     }
     // The GEMM again, its K loop pipelined in 3 stages: the runs keep rows 16-byte aligned.
-    for target in TARGETS {
+    for target in Target::ALL {
         for dtype in [F16, BF16] {
             let blocks = gemm::GemmBlocks::default();
             let spec = Spec::new()
@@ -362,24 +360,27 @@ pub fn cases() -> Vec<Case> {
             });
         }
     }
-    for target in TARGETS {
+    for target in Target::ALL {
         for (name, dtype, head_dim, causal) in attention_cases() {
-            let num_warps = attention_num_warps(name, head_dim);
-            let num_stages = attention_num_stages(name, head_dim, target);
-            let mask = if causal { "_causal" } else { "" };
-            let kernel = attention_kernel(name, dtype, head_dim, causal);
+            let config = attention_config(name, head_dim, target);
+            let kernel = attention_kernel(name, dtype, head_dim, causal, target);
             cases.push(Case {
-                name: format!("{name}_{dtype}_d{head_dim}{mask}_w{num_warps}_{target}"),
+                // The attention harness finds a launch's PTX by this name.
+                name: plan::specialisation_name(
+                    attention_kernel_named(name),
+                    &attention_params(dtype, head_dim, causal, 1, 1),
+                    target,
+                ),
                 divisibility: attention_divisibility(&kernel),
                 kernel,
-                num_warps,
-                num_stages,
+                num_warps: config.num_warps,
+                num_stages: config.num_stages,
                 target,
                 tolerance: attention_tolerance(name, dtype),
             });
         }
     }
-    for target in TARGETS {
+    for target in Target::ALL {
         for dtype in [F16, BF16] {
             for (head_dim, block_m, block_n, softcap) in sliding_window_specs() {
                 let spec = Spec::new()
@@ -776,9 +777,9 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 dv: kl,
             };
             let launch = if name == "attention_fwd" {
-                plan::forward(&p, &forward_layouts).expect("a valid call")
+                plan::forward(&p, &forward_layouts, case.target).expect("a valid call")
             } else {
-                plan::backward(&p, &backward_layouts)
+                plan::backward(&p, &backward_layouts, case.target)
                     .expect("a valid call")
                     .into_iter()
                     .find(|launch| launch.kernel.name() == name)
@@ -796,6 +797,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 let lse = HostBuffer::poisoned(DType::F32, rows);
                 cpu::forward(
                     &p,
+                    case.target,
                     Tensor::new(&q, ql),
                     Tensor::new(&k, kl),
                     Tensor::new(&v, kl),
