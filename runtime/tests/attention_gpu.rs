@@ -25,6 +25,9 @@
 //!     with TFLOP/s (forward 4 B H N^2 D, halved when causal; backward 2.5x forward).
 //! ```
 //!
+//! Each mode runs the PTX of the device's best target (sm_90a on compute capability 9.0, else
+//! sm_80); `--target sm_80` runs the portable PTX on a Hopper GPU too.
+//!
 //! `scripts/device-attention.sh` builds it here and stages it with the script for a GPU machine.
 
 #[path = "gpu/ptx/mod.rs"]
@@ -850,6 +853,8 @@ struct Options {
     time: bool,
     plan: bool,
     ptx: Option<PathBuf>,
+    /// The PTX target to run; by default the device's best (`Target::for_capability`).
+    target: Option<Target>,
     filter: String,
     seqs: Vec<usize>,
     samples: usize,
@@ -862,6 +867,7 @@ fn parse(args: &[String]) -> Result<Options> {
         time: false,
         plan: false,
         ptx: None,
+        target: None,
         filter: String::new(),
         seqs: vec![1024, 2048, 4096, 8192, 16384],
         samples: 10,
@@ -879,6 +885,9 @@ fn parse(args: &[String]) -> Result<Options> {
             "--time" => options.time = true,
             "--plan" => options.plan = true,
             "--ptx" => options.ptx = Some(PathBuf::from(value()?)),
+            "--target" => {
+                options.target = Some(value()?.parse().map_err(|e| format!("--target: {e}"))?)
+            }
             "--filter" => options.filter = value()?,
             "--seqs" => {
                 options.seqs = value()?
@@ -950,7 +959,10 @@ fn main() -> ExitCode {
         }
     };
     let capability = device.compute_capability().unwrap_or((0, 0));
-    let Some(target) = Target::for_capability(capability.0, capability.1) else {
+    let Some(target) = options
+        .target
+        .or_else(|| Target::for_capability(capability.0, capability.1))
+    else {
         eprintln!(
             "error: kiln's kernels need compute capability 8.0 or newer, got {}.{}",
             capability.0, capability.1
