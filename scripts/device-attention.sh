@@ -9,7 +9,7 @@
 #     scripts/device-attention.sh --run    # on a machine with Rust, a GPU and PyTorch: both
 #
 # The binary links no LLVM: it loads the PTX kiln-codegen made, staged in .device/attention/ptx
-# from runtime/tests/gpu/ptx (the GPU test's blessed set) or from KILN_ATTENTION_PTX, a folder of
+# from kernels/ptx (the shipped set) or from KILN_ATTENTION_PTX, a folder of
 # the same form (mod.rs and the .ptx files). It needs glibc 2.34 or later and the NVIDIA driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +32,7 @@ if [ -z "$binary" ]; then
     echo "error: cargo built no attention_gpu binary" >&2
     exit 1
 fi
-ptx=${KILN_ATTENTION_PTX:-runtime/tests/gpu/ptx}
+ptx=${KILN_ATTENTION_PTX:-kernels/ptx}
 stage=.device/attention
 rm -rf "$stage"
 mkdir -p "$stage"

@@ -5,7 +5,8 @@
 #     .device/kiln-gpu-tests                                   # the table; exit 1 on a mismatch
 #     compute-sanitizer --tool memcheck .device/kiln-gpu-tests # no out-of-bounds access either
 #
-# The binary links no LLVM: it carries the PTX kiln-codegen made (runtime/tests/gpu/ptx/) and
+# The binary links no LLVM: it carries the PTX kiln-codegen made (runtime/tests/gpu/ptx/, and
+# kiln-kernels' shipped attention PTX) and
 # loads libcuda.so at run time. It needs only glibc (2.34 or later) and the NVIDIA driver.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,15 +1,24 @@
 //! kiln-kernels: kiln's kernels, written in its tile DSL, and what runs and checks them.
 //!
-//! Where it sits: the kernels here are `#[kernel]` functions (kiln-macros) that build kiln-dsl IR;
-//! today they run on kiln-dsl's CPU interpreter, and kiln-codegen will lower the same IR to PTX.
+//! Where it sits: the kernels here are `#[kernel]` functions (kiln-macros) that build kiln-dsl IR,
+//! which kiln-dsl's CPU interpreter runs and kiln-codegen lowers to PTX. The attention kernels'
+//! PTX ships inside this crate (`kernels/ptx/`, made by kiln-codegen's tests), so that linking it
+//! needs no LLVM: only the NVIDIA driver, through kiln-runtime, at run time.
 //!
 //! - [`attention`]: FlashAttention forward and the split backward (preprocess, dQ, dK/dV), their
-//!   block-size table, call validation and the interpreter launches.
+//!   configuration table per target, call validation, the interpreter launches, the prebuilt PTX
+//!   and the GPU API ([`attention::gpu`]).
+//! - [`capi`]: the C interface (`libkiln_kernels.so` / `.a`, header `kernels/include/kiln.h`).
 //! - [`general`]: tile kernels that are not attention (GEMM + bias + GELU, row softmax, layernorm,
 //!   column sums, transpose), proof that the DSL is a general tile language.
 //! - [`reference`]: f64 references, the seeded random source and the per-row error metric.
 
 pub mod attention;
+#[allow(
+    non_camel_case_types,
+    reason = "the C interface's type names are fixed by ../shared/c-abi.md"
+)]
+pub mod capi;
 pub mod general;
 pub mod reference;
 pub mod registry;

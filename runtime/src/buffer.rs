@@ -1,7 +1,7 @@
 //! Device buffers: typed arrays in GPU memory, copied from and to the interpreter's host buffers
 //! so that a GPU run and an interpreter run can start from the same bytes and be compared.
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use half::{bf16, f16};
 use kiln_dsl::{DType, HostBuffer};
 
@@ -28,6 +28,14 @@ impl DeviceBuffer {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The buffer's device address, for raw launches on `device`'s stream.
+    pub fn device_address(&self, device: &Device) -> u64 {
+        // The guard records the access on the stream when dropped; raw launches queue on the
+        // same stream after it, so the order holds.
+        let (address, _guard) = self.bytes.device_ptr(&device.stream);
+        address
     }
 
     /// Copies the buffer back into a new host buffer (waiting for the work queued before).

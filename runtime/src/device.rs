@@ -7,6 +7,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result, 
 use cudarc::nvrtc::Ptx;
 
 use crate::RuntimeError;
+use crate::context::{Context, RawStream};
 use crate::error::driver_message;
 use crate::launch::ParamType;
 
@@ -24,11 +25,7 @@ impl Device {
     /// program such as PyTorch), else device 0. kiln uses that device's primary context, as the
     /// CUDA runtime does.
     pub fn current_or_default() -> Result<Device> {
-        // Safety: only probes whether the library loads.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(RuntimeError::NoDriver);
-        }
-        result::init().map_err(|e| RuntimeError::driver("initialising the driver", e))?;
+        crate::context::init()?;
         let ordinal = current_device_ordinal()?.unwrap_or(0);
         let context = CudaContext::new(ordinal).map_err(|e| {
             RuntimeError::driver(
@@ -75,6 +72,16 @@ impl Device {
         })
     }
 
+    /// The driver context this device's work runs in.
+    pub fn context(&self) -> Context {
+        Context::from_raw(self.context.cu_ctx(), self.context.cu_device())
+    }
+
+    /// This device's stream as the driver knows it, for raw launches.
+    pub fn raw_stream(&self) -> RawStream {
+        self.stream.cu_stream().cast()
+    }
+
     /// Waits for everything queued on this device's stream; a fault in a kernel surfaces here.
     pub fn synchronize(&self) -> Result<()> {
         self.stream
@@ -109,7 +116,7 @@ fn current_device_ordinal() -> Result<Option<usize>> {
 }
 
 /// Loads `ptx` again, asking the JIT for its error log: only called after a load failed.
-fn jit_error_log(ptx: &str) -> Option<String> {
+pub(crate) fn jit_error_log(ptx: &str) -> Option<String> {
     let source = CString::new(ptx).ok()?;
     let mut log = vec![0u8; 1 << 14];
     let mut options = [

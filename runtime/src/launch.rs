@@ -2,7 +2,7 @@
 
 use cudarc::driver::{LaunchConfig as CudaLaunchConfig, PushKernelArg};
 use kiln_dsl::types::{Elem, Type};
-use kiln_dsl::{DType, Kernel};
+use kiln_dsl::{ArgType, DType, Kernel, KernelSignature, Spec};
 
 use crate::{Device, DeviceBuffer, Function, RuntimeError};
 
@@ -16,6 +16,19 @@ pub enum ParamType {
 }
 
 impl ParamType {
+    /// The parameters of a kernel with `signature` at `spec`, without building it; `None` if the
+    /// spec leaves an argument's dtype open.
+    pub fn of_signature(signature: &KernelSignature, spec: &Spec) -> Option<Vec<ParamType>> {
+        signature
+            .args
+            .iter()
+            .map(|arg| match arg.ty {
+                ArgType::Ptr(dtype) => dtype.resolve(spec).map(ParamType::Ptr),
+                ArgType::Scalar(dtype) => dtype.resolve(spec).map(ParamType::Scalar),
+            })
+            .collect()
+    }
+
     /// The parameters of a kiln kernel, in signature order.
     pub fn of_kernel(kernel: &Kernel) -> Vec<ParamType> {
         kernel

@@ -11,15 +11,19 @@
 //! [`Device::launch`]. The "Runtime" issue grows it (module cache, typed launches, JIT).
 
 mod buffer;
+mod context;
 mod device;
 mod error;
 mod launch;
+mod module_cache;
 // Raw-byte transfers and event timing, for harnesses that move large tensors and time kernels.
 mod raw;
 mod timing;
 
 pub use buffer::DeviceBuffer;
+pub use context::{Context, RawStream, driver_present};
 pub use device::{Device, Function, Module};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};
+pub use module_cache::{LoadedKernel, ModuleCache, ModuleSource, RawArg};
 pub use timing::Event;

@@ -1,6 +1,6 @@
 //! The attention harness for a GPU: kiln's four attention kernels (forward, preprocess, dQ,
-//! dK/dV) at sizes up to seqlen 16k, from the PTX kiln-codegen made (the GPU test's blessed set
-//! in `gpu/ptx/`, or a directory of the same form given with `--ptx`), launched with exactly the
+//! dK/dV) at sizes up to seqlen 16k, from the PTX kiln-kernels ships (`kernels/ptx/`, or a
+//! directory of the same form given with `--ptx`), launched with exactly the
 //! specialisations, grids and arguments of `kiln_kernels::attention::cpu`. It links no LLVM.
 //!
 //! ```text
@@ -30,9 +30,6 @@
 //!
 //! `scripts/device-attention.sh` builds it here and stages it with the script for a GPU machine.
 
-#[path = "gpu/ptx/mod.rs"]
-mod ptx;
-
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -44,7 +41,7 @@ use kiln_kernels::attention::check::{self, Inputs, Outputs, StridedTensor, Toler
 use kiln_kernels::attention::plan::{
     self, Arg, AttentionKernel, BackwardLayouts, ForwardLayouts, Launch, Role,
 };
-use kiln_kernels::attention::{AttentionParams, Layout};
+use kiln_kernels::attention::{AttentionParams, Layout, prebuilt};
 use kiln_kernels::reference::Rng;
 use kiln_runtime::{Device, DeviceBuffer, Function, LaunchArg, LaunchConfig, ParamType};
 
@@ -54,7 +51,7 @@ fn runtime(e: kiln_runtime::RuntimeError) -> String {
     e.to_string()
 }
 
-// ---- PTX: the blessed set, or a directory of the same form ----
+// ---- PTX: the shipped set, or a directory of the same form ----
 
 /// PTX by case name, with the dynamic shared memory its launch gives.
 struct PtxSet {
@@ -63,18 +60,17 @@ struct PtxSet {
 }
 
 impl PtxSet {
-    /// The GPU test's blessed set, compiled into this binary.
-    fn blessed() -> PtxSet {
+    /// The PTX kiln-kernels ships, compiled into this binary.
+    fn shipped() -> PtxSet {
         PtxSet {
-            entries: ptx::PTX
-                .iter()
-                .map(|&(name, text, shared)| (name.to_string(), (text.to_string(), shared)))
+            entries: prebuilt::all()
+                .map(|(name, ptx)| (name.to_string(), (ptx.text.to_string(), ptx.shared_bytes)))
                 .collect(),
-            source: "runtime/tests/gpu/ptx (compiled in)".to_string(),
+            source: "kernels/ptx (kiln-kernels' shipped set, compiled in)".to_string(),
         }
     }
 
-    /// A directory laid out as `runtime/tests/gpu/ptx`: its `mod.rs` lists
+    /// A directory laid out as `kernels/ptx`: its `mod.rs` lists
     /// `("name", include_str!("name.ptx"), shared_bytes),` and `name.ptx` sits beside it.
     fn from_dir(dir: &Path) -> Result<PtxSet> {
         let index = std::fs::read_to_string(dir.join("mod.rs"))
@@ -128,10 +124,9 @@ fn load(
 ) -> Result<Loaded> {
     let (text, shared_bytes) = set.entries.get(name).ok_or_else(|| {
         format!(
-            "no PTX for {name} in {}: add ({}, dtype, head dim, causal) to `attention_cases` in \
-             runtime/tests/gpu/cases.rs and bless (KILN_BLESS=1 cargo test -p kiln-codegen)",
-            set.source,
-            kernel.name()
+            "no PTX for {name} in {}: kiln ships every specialisation of \
+             `attention::prebuilt::shipped` (bless with KILN_BLESS=1 cargo test -p kiln-codegen)",
+            set.source
         )
     })?;
     let module = device.load_module(name, text).map_err(runtime)?;
@@ -940,7 +935,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         },
-        None => PtxSet::blessed(),
+        None => PtxSet::shipped(),
     };
     if options.plan {
         return match plan(&set, &options) {

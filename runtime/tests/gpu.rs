@@ -17,6 +17,7 @@ mod ptx;
 use std::process::ExitCode;
 
 use kiln_dsl::{Grid, Target};
+use kiln_kernels::attention::prebuilt;
 use kiln_runtime::{Device, Function, LaunchArg, LaunchConfig, ParamType, RuntimeError};
 
 use cases::{Arg, Case, Outcome, Run, Tolerance};
@@ -24,10 +25,12 @@ use cases::{Arg, Case, Outcome, Run, Tolerance};
 /// Loads a case's PTX and finds its kernel, opted into the dynamic shared memory it needs;
 /// returns it with that many bytes.
 fn load(device: &Device, case: &Case) -> Result<(Function, u32), String> {
+    // The attention cases are the specialisations kiln-kernels ships, with their PTX.
     let (source, shared_bytes) = ptx::PTX
         .iter()
         .find(|(name, _, _)| *name == case.name)
         .map(|&(_, text, shared_bytes)| (text, shared_bytes))
+        .or_else(|| prebuilt::ptx(&case.name).map(|ptx| (ptx.text, ptx.shared_bytes)))
         .ok_or_else(|| format!("no PTX for case {} in gpu/ptx/mod.rs", case.name))?;
     let module = device
         .load_module(&case.name, source)

@@ -10,7 +10,9 @@ pub mod common;
 pub mod config;
 pub mod cpu;
 pub mod forward;
+pub mod gpu;
 pub mod plan;
+pub mod prebuilt;
 
 use std::fmt;
 
@@ -42,8 +44,12 @@ pub enum AttentionError {
     InvalidArgument(String),
     /// A valid request kiln has no kernel for (a head dim other than 32, 64, 128 or 256).
     Unsupported(String),
-    /// A kernel failed to build or to run.
+    /// A kernel failed to build or to run on the interpreter.
     Kernel(kiln_dsl::Error),
+    /// The CUDA driver failed (loading a module, launching).
+    Device(kiln_runtime::RuntimeError),
+    /// A bug in kiln: the message says where.
+    Internal(String),
 }
 
 impl fmt::Display for AttentionError {
@@ -52,6 +58,8 @@ impl fmt::Display for AttentionError {
             AttentionError::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             AttentionError::Unsupported(m) => write!(f, "unsupported: {m}"),
             AttentionError::Kernel(e) => write!(f, "kernel error: {e}"),
+            AttentionError::Device(e) => write!(f, "{e}"),
+            AttentionError::Internal(m) => write!(f, "internal error (a bug in kiln): {m}"),
         }
     }
 }
@@ -61,6 +69,12 @@ impl std::error::Error for AttentionError {}
 impl From<kiln_dsl::Error> for AttentionError {
     fn from(e: kiln_dsl::Error) -> Self {
         AttentionError::Kernel(e)
+    }
+}
+
+impl From<kiln_runtime::RuntimeError> for AttentionError {
+    fn from(e: kiln_runtime::RuntimeError) -> Self {
+        AttentionError::Device(e)
     }
 }
 
@@ -81,6 +95,19 @@ impl AttentionParams {
 
     /// Checks every field, the head dim included (kiln must have kernels for it).
     pub fn validate(&self) -> Result<(), AttentionError> {
+        self.check_fields()?;
+        if !HEAD_DIMS.contains(&self.head_dim) {
+            return Err(AttentionError::Unsupported(format!(
+                "head_dim {} (kiln has attention kernels for head dims {HEAD_DIMS:?})",
+                self.head_dim
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks that the fields describe a valid call, whether or not kiln has kernels for it:
+    /// every refusal is an [`AttentionError::InvalidArgument`].
+    pub fn check_fields(&self) -> Result<(), AttentionError> {
         if !matches!(self.dtype, DType::F16 | DType::BF16 | DType::F32) {
             return Err(invalid(format!(
                 "dtype must be f16 or bf16 (or f32 in the interpreter), got {}",
@@ -117,12 +144,6 @@ impl AttentionParams {
         if lse_rows > i32::MAX as usize {
             return Err(invalid(format!(
                 "batch * heads_q * seqlen_q must stay below 2^31, got {lse_rows}"
-            )));
-        }
-        if !HEAD_DIMS.contains(&self.head_dim) {
-            return Err(AttentionError::Unsupported(format!(
-                "head_dim {} (kiln has attention kernels for head dims {HEAD_DIMS:?})",
-                self.head_dim
             )));
         }
         Ok(())

@@ -15,9 +15,7 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, KernelConfig, Tensor, config, cpu, plan,
-};
+use kiln_kernels::attention::{AttentionParams, Tensor, cpu, plan, prebuilt};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -105,22 +103,6 @@ pub struct Case {
     pub tolerance: Tolerance,
 }
 
-/// What the attention C ABI guarantees of `kernel`'s arguments (`../shared/c-abi.md`): tensors
-/// 16-byte aligned, strides multiples of 8 elements. It lets 16-byte vectors move every row.
-pub fn attention_divisibility(kernel: &Kernel) -> Vec<(&'static str, u64)> {
-    kernel
-        .signature
-        .args
-        .iter()
-        .zip(&kernel.args)
-        .filter_map(|(decl, &arg)| match kernel.ty(arg).elem() {
-            Some(kiln_dsl::types::Elem::Ptr(_)) => Some((decl.name, 16)),
-            _ if decl.name.ends_with("_stride") => Some((decl.name, 8)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// What the aligned GEMM cases' runs guarantee: 16-byte aligned matrices, `n`, `k` and the row
 /// strides multiples of 8 elements (16 bytes of f16/bf16), so that its K loop is pipelined.
 pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
@@ -134,14 +116,6 @@ pub const GEMM_DIVISIBILITY: [(&str, u64); 9] = [
     ("b_row_stride", 8),
     ("c_row_stride", 8),
 ];
-
-/// Block sizes, warps and stages of attention kernel `name` at `head_dim` on `target`, from
-/// kiln-kernels' table.
-pub fn attention_config(name: &str, head_dim: usize, target: Target) -> KernelConfig {
-    config(head_dim, target)
-        .expect("a supported head dim")
-        .kernel(attention_kernel_named(name))
-}
 
 /// Tolerance of a kernel that reduces in f32 and may use `ex2.approx`, storing `dtype`: a few
 /// units of its last place, and of f32's reassociated sums.
@@ -158,34 +132,6 @@ fn spec(dtype: DType, block_m: usize, block_n: usize) -> Spec {
         .dtype("T", dtype)
         .int("BLOCK_M", block_m as i64)
         .int("BLOCK_N", block_n as i64)
-}
-
-/// The attention specialisations the GPU runs: every kernel at every head dim, f16 and bf16,
-/// causal or not (the preprocessing kernel has no mask), so that the attention harness
-/// (`attention_gpu.rs`: the benchmark at head dims 64 and 128, the interpreter tests' shapes at
-/// all four) finds the PTX of every call it makes.
-pub fn attention_cases() -> Vec<(&'static str, DType, usize, bool)> {
-    let mut cases = Vec::new();
-    for name in [
-        "attention_fwd",
-        "attention_bwd_preprocess",
-        "attention_bwd_dq",
-        "attention_bwd_dkdv",
-    ] {
-        for dtype in [DType::F16, DType::BF16] {
-            for head_dim in kiln_kernels::attention::HEAD_DIMS {
-                let masks: &[bool] = if name == "attention_bwd_preprocess" {
-                    &[false]
-                } else {
-                    &[false, true]
-                };
-                for &causal in masks {
-                    cases.push((name, dtype, head_dim, causal));
-                }
-            }
-        }
-    }
-    cases
 }
 
 /// The parameters of an attention case's runs at `seqlen_q x seqlen_k`: batch 1, 2 heads, the
@@ -208,24 +154,6 @@ pub fn attention_params(
         causal,
         softmax_scale: AttentionParams::default_scale(head_dim),
     }
-}
-
-/// An attention kernel at the block sizes of `kiln_kernels::attention::config` for `target`.
-pub fn attention_kernel(
-    name: &str,
-    dtype: DType,
-    head_dim: usize,
-    causal: bool,
-    target: Target,
-) -> Kernel {
-    let params = attention_params(dtype, head_dim, causal, 1, 1);
-    attention_kernel_named(name)
-        .build(&params.spec(attention_config(name, head_dim, target)))
-        .unwrap_or_else(|e| panic!("{name} builds: {e}"))
-}
-
-fn attention_kernel_named(name: &str) -> AttentionKernel {
-    AttentionKernel::from_name(name).unwrap_or_else(|| panic!("no attention kernel `{name}`"))
 }
 
 /// The interpreter tests' bar for an attention kernel's outputs (`attention::check`): O's for
@@ -360,25 +288,22 @@ pub fn cases() -> Vec<Case> {
             });
         }
     }
-    for target in Target::ALL {
-        for (name, dtype, head_dim, causal) in attention_cases() {
-            let config = attention_config(name, head_dim, target);
-            let kernel = attention_kernel(name, dtype, head_dim, causal, target);
-            cases.push(Case {
-                // The attention harness finds a launch's PTX by this name.
-                name: plan::specialisation_name(
-                    attention_kernel_named(name),
-                    &attention_params(dtype, head_dim, causal, 1, 1),
-                    target,
-                ),
-                divisibility: attention_divisibility(&kernel),
-                kernel,
-                num_warps: config.num_warps,
-                num_stages: config.num_stages,
-                target,
-                tolerance: attention_tolerance(name, dtype),
-            });
-        }
+    // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
+    for s in prebuilt::shipped() {
+        let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
+        let dtype = kernel
+            .spec
+            .dtype_param("T")
+            .expect("attention kernels have a T");
+        cases.push(Case {
+            name: s.name,
+            divisibility: prebuilt::divisibility(s.kernel),
+            tolerance: attention_tolerance(kernel.name(), dtype),
+            kernel,
+            num_warps: s.config.num_warps,
+            num_stages: s.config.num_stages,
+            target: s.target,
+        });
     }
     for target in Target::ALL {
         for dtype in [F16, BF16] {

@@ -1,0 +1,185 @@
+//! The prebuilt attention kernels from Rust, through the safe GPU API (`attention::gpu`): the
+//! interpreter tests' designed shapes (ragged seqlens, GQA and MQA, strided layouts, seqlen_q !=
+//! seqlen_k both ways, f16 and bf16, all head dims), forward and backward on the GPU with every
+//! output poisoned first, each compared with the CPU interpreter on the same inputs; then the
+//! backward run again, which must give the same bits. Needs a GPU (compute capability 8.0+):
+//!
+//! ```sh
+//! cargo run --release -p kiln-kernels --example attention_gpu
+//! ```
+
+use std::process::ExitCode;
+
+use kiln_kernels::attention::check::{self, Inputs, Outputs, StridedTensor, Tolerance};
+use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
+use kiln_kernels::attention::{AttentionError, AttentionParams};
+use kiln_kernels::reference::Rng;
+use kiln_runtime::{Device, DeviceBuffer};
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<bool, AttentionError> {
+    let device = Device::current_or_default()?;
+    let (major, minor) = device.compute_capability()?;
+    println!(
+        "{} (compute capability {major}.{minor})",
+        device.name().unwrap_or_default()
+    );
+    let seed = Rng::fresh_seed();
+    let mut rng = Rng::new(seed);
+    let mut all_ok = true;
+    for c in check::designed_cases()
+        .into_iter()
+        .filter(|c| c.params.dtype != kiln_dsl::DType::F32)
+    {
+        let p = &c.params;
+        let inputs = Inputs::random(p, c.layout, c.input_scale, &mut rng);
+        let interpreter = Outputs::poisoned(p, &inputs);
+        check::run_interpreter(p, target(&device)?, &inputs, &interpreter)?;
+        let (gpu, again) = on_gpu(&device, p, &inputs)?;
+        let report = gpu.compare(
+            p,
+            &interpreter.as_reference(inputs.reference(p)),
+            c.input_scale > 1.0,
+        );
+        let mut failures = report.failures(Tolerance::for_dtype(p.dtype));
+        if again != [&gpu.dq, &gpu.dk, &gpu.dv].map(|t| t.buffer.to_f64()) {
+            failures.push("the backward's second run gave other bits".to_string());
+        }
+        println!(
+            "{:6} b{} q{:5} k{:5} h{}/{} d{:3} causal {:5} {:?}: o {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}  {}",
+            p.dtype.name(),
+            p.batch,
+            p.seqlen_q,
+            p.seqlen_k,
+            p.heads_q,
+            p.heads_kv,
+            p.head_dim,
+            p.causal,
+            c.layout,
+            report.o,
+            report.lse,
+            report.dq,
+            report.dk,
+            report.dv,
+            if failures.is_empty() {
+                "ok".to_string()
+            } else {
+                failures.join("; ")
+            }
+        );
+        all_ok &= failures.is_empty();
+    }
+    println!(
+        "{} (seed {seed})",
+        if all_ok {
+            "all agree with the interpreter"
+        } else {
+            "FAILED"
+        }
+    );
+    Ok(all_ok)
+}
+
+/// The target whose PTX runs on `device`, whose block sizes the interpreter reproduces.
+fn target(device: &Device) -> Result<kiln_dsl::Target, AttentionError> {
+    let (major, minor) = device.compute_capability()?;
+    kiln_dsl::Target::for_capability(major, minor)
+        .ok_or_else(|| AttentionError::Unsupported(format!("compute capability {major}.{minor}")))
+}
+
+/// Forward and backward through the GPU API with poisoned outputs; the outputs, and the
+/// gradients of a second backward run.
+fn on_gpu(
+    device: &Device,
+    p: &AttentionParams,
+    inputs: &Inputs,
+) -> Result<(Outputs, [Vec<f64>; 3]), AttentionError> {
+    let up = |t: &StridedTensor| device.upload(&t.buffer);
+    let (q, k, v, d_o) = (
+        up(&inputs.q)?,
+        up(&inputs.k)?,
+        up(&inputs.v)?,
+        up(&inputs.d_o)?,
+    );
+    let poisoned = Outputs::poisoned(p, inputs);
+    let mut o = up(&poisoned.o)?;
+    let mut lse = device.upload(&poisoned.lse)?;
+    let input = |buffer, t: &StridedTensor| DeviceTensor {
+        buffer,
+        layout: t.layout,
+    };
+    gpu::forward(
+        device,
+        p,
+        input(&q, &inputs.q),
+        input(&k, &inputs.k),
+        input(&v, &inputs.v),
+        DeviceTensorMut {
+            buffer: &mut o,
+            layout: inputs.q.layout,
+        },
+        &mut lse,
+    )?;
+    let (mut dq, mut dk, mut dv) = (up(&poisoned.dq)?, up(&poisoned.dk)?, up(&poisoned.dv)?);
+    let qkv = [
+        input(&q, &inputs.q),
+        input(&k, &inputs.k),
+        input(&v, &inputs.v),
+    ];
+    let saved = [input(&o, &inputs.q), input(&d_o, &inputs.d_o)];
+    let backward = |dq: &mut DeviceBuffer, dk: &mut DeviceBuffer, dv: &mut DeviceBuffer| {
+        let [q, k, v] = qkv;
+        let [o, d_o] = saved;
+        let out = |buffer, t: &StridedTensor| DeviceTensorMut {
+            buffer,
+            layout: t.layout,
+        };
+        gpu::backward(
+            device,
+            p,
+            [q, k, v, o, d_o],
+            &lse,
+            Gradients {
+                dq: out(dq, &inputs.q),
+                dk: out(dk, &inputs.k),
+                dv: out(dv, &inputs.v),
+            },
+        )
+    };
+    backward(&mut dq, &mut dk, &mut dv)?;
+    device.synchronize()?;
+    let down = |b: &DeviceBuffer, like: &StridedTensor| -> Result<StridedTensor, AttentionError> {
+        Ok(StridedTensor {
+            buffer: b.to_host(device)?,
+            layout: like.layout,
+            dims: like.dims,
+        })
+    };
+    let outputs = Outputs {
+        o: down(&o, &poisoned.o)?,
+        lse: lse.to_host(device)?,
+        dq: down(&dq, &poisoned.dq)?,
+        dk: down(&dk, &poisoned.dk)?,
+        dv: down(&dv, &poisoned.dv)?,
+        // The Rust API keeps delta in its own workspace; the interpreter tests check it.
+        delta: kiln_dsl::HostBuffer::from_f32(kiln_dsl::DType::F32, &vec![0.0; p.lse_len()]),
+    };
+    backward(&mut dq, &mut dk, &mut dv)?;
+    device.synchronize()?;
+    let again = [
+        dq.to_host(device)?.to_f64(),
+        dk.to_host(device)?.to_f64(),
+        dv.to_host(device)?.to_f64(),
+    ];
+    Ok((outputs, again))
+}

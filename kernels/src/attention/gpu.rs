@@ -1,0 +1,615 @@
+//! Attention on the GPU with the prebuilt kernels: the launches of [`super::plan`] bound to
+//! device addresses, in a driver context on a stream, each kernel's shipped PTX loaded once per
+//! context. The safe Rust API ([`forward`], [`backward`]) and the C interface (`crate::capi`)
+//! both come here through [`launch_forward`] and [`launch_backward`], which check everything that
+//! can be checked from addresses and strides; the Rust API also knows each buffer's length.
+
+use std::sync::LazyLock;
+
+use kiln_dsl::{DType, Target};
+use kiln_runtime::{
+    Context, Device, DeviceBuffer, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
+};
+
+use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
+use super::{AttentionError, AttentionParams, Layout, invalid, prebuilt};
+
+/// Every context's loaded attention kernels, for the whole process.
+static MODULES: LazyLock<ModuleCache> = LazyLock::new(ModuleCache::new);
+
+/// A tensor in device memory: its address and its `[batch, seqlen, heads, head_dim]` strides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawTensor {
+    pub address: u64,
+    pub layout: Layout,
+}
+
+/// The device memory of a forward call.
+#[derive(Clone, Copy, Debug)]
+pub struct ForwardAddresses {
+    pub q: RawTensor,
+    pub k: RawTensor,
+    pub v: RawTensor,
+    pub o: RawTensor,
+    /// `[batch, heads_q, seqlen_q]` f32, contiguous.
+    pub lse: u64,
+}
+
+/// The device memory of a backward call.
+#[derive(Clone, Copy, Debug)]
+pub struct BackwardAddresses {
+    pub q: RawTensor,
+    pub k: RawTensor,
+    pub v: RawTensor,
+    pub o: RawTensor,
+    pub d_o: RawTensor,
+    pub lse: u64,
+    pub dq: RawTensor,
+    pub dk: RawTensor,
+    pub dv: RawTensor,
+    /// At least [`workspace_bytes`] bytes.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+}
+
+/// Device memory the backward pass needs beside its outputs: the f32 `delta = rowsum(dO * O)`
+/// of every query row, `[batch, heads_q, seqlen_q]`.
+pub fn workspace_bytes(p: &AttentionParams) -> usize {
+    p.lse_len() * DType::F32.size_bytes()
+}
+
+/// Checks a forward call as far as addresses and strides allow: every refusal is an
+/// [`AttentionError::InvalidArgument`] naming the field.
+pub fn check_forward(p: &AttentionParams, at: &ForwardAddresses) -> Result<(), AttentionError> {
+    p.check_fields()?;
+    let elem = p.dtype.size_bytes() as u64;
+    let tensors = [
+        ("q", at.q, p.seqlen_q, p.heads_q),
+        ("k", at.k, p.seqlen_k, p.heads_kv),
+        ("v", at.v, p.seqlen_k, p.heads_kv),
+        ("o", at.o, p.seqlen_q, p.heads_q),
+    ];
+    let mut extents = Vec::new();
+    for (name, tensor, seqlen, heads) in tensors {
+        extents.push(check_tensor(name, tensor, p, seqlen, heads, elem)?);
+    }
+    check_injective("o", at.o.layout, p, p.seqlen_q, p.heads_q)?;
+    let lse = check_rows("lse", at.lse, p.lse_len() * 4)?;
+    check_disjoint(&[("o", extents[3]), ("lse", lse)])
+}
+
+/// Launches the forward pass in `context` on `stream`, after [`check_forward`] and after
+/// checking that kiln has kernels for it ([`AttentionError::Unsupported`] if not: nothing runs).
+///
+/// # Safety
+/// Every address must point to device memory of `context` holding every element the sizes and
+/// strides address (the C interface's contract: it cannot know allocations' lengths).
+pub unsafe fn launch_forward(
+    context: Context,
+    stream: RawStream,
+    p: &AttentionParams,
+    at: &ForwardAddresses,
+) -> Result<(), AttentionError> {
+    check_forward(p, at)?;
+    let target = supported(p, context)?;
+    let layouts = ForwardLayouts {
+        q: at.q.layout,
+        k: at.k.layout,
+        v: at.v.layout,
+        o: at.o.layout,
+    };
+    let launch = plan::forward(p, &layouts, target)?;
+    let address = |role| match role {
+        Role::Q => Some(at.q.address),
+        Role::K => Some(at.k.address),
+        Role::V => Some(at.v.address),
+        Role::O => Some(at.o.address),
+        Role::Lse => Some(at.lse),
+        _ => None,
+    };
+    // Safety: the caller vouches for the memory; the plan's accesses stay within the sizes.
+    unsafe { run(context, stream, &launch, address) }
+}
+
+/// Checks a backward call as far as addresses and strides allow: every refusal is an
+/// [`AttentionError::InvalidArgument`] naming the field.
+pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(), AttentionError> {
+    p.check_fields()?;
+    let elem = p.dtype.size_bytes() as u64;
+    let tensors = [
+        ("q", at.q, p.seqlen_q, p.heads_q),
+        ("k", at.k, p.seqlen_k, p.heads_kv),
+        ("v", at.v, p.seqlen_k, p.heads_kv),
+        ("o", at.o, p.seqlen_q, p.heads_q),
+        ("d_o", at.d_o, p.seqlen_q, p.heads_q),
+        ("dq", at.dq, p.seqlen_q, p.heads_q),
+        ("dk", at.dk, p.seqlen_k, p.heads_kv),
+        ("dv", at.dv, p.seqlen_k, p.heads_kv),
+    ];
+    let mut extents = Vec::new();
+    for (name, tensor, seqlen, heads) in tensors {
+        extents.push(check_tensor(name, tensor, p, seqlen, heads, elem)?);
+    }
+    for (name, tensor, seqlen, heads) in &tensors[5..] {
+        check_injective(name, tensor.layout, p, *seqlen, *heads)?;
+    }
+    check_rows("lse", at.lse, p.lse_len() * 4)?;
+    let need = workspace_bytes(p);
+    if at.workspace_bytes < need {
+        return Err(invalid(format!(
+            "workspace_bytes must be at least {need} (batch * heads_q * seqlen_q f32), got {}",
+            at.workspace_bytes
+        )));
+    }
+    let workspace = check_rows("workspace", at.workspace, need)?;
+    check_disjoint(&[
+        ("dq", extents[5]),
+        ("dk", extents[6]),
+        ("dv", extents[7]),
+        ("workspace", workspace),
+    ])
+}
+
+/// Launches the backward pass (preprocessing, dQ, dK/dV) in `context` on `stream`, after
+/// [`check_backward`] and after checking that kiln has kernels for it.
+///
+/// # Safety
+/// As [`launch_forward`]: every address must hold what its sizes and strides address.
+pub unsafe fn launch_backward(
+    context: Context,
+    stream: RawStream,
+    p: &AttentionParams,
+    at: &BackwardAddresses,
+) -> Result<(), AttentionError> {
+    check_backward(p, at)?;
+    let target = supported(p, context)?;
+    let layouts = BackwardLayouts {
+        q: at.q.layout,
+        k: at.k.layout,
+        v: at.v.layout,
+        o: at.o.layout,
+        d_o: at.d_o.layout,
+        dq: at.dq.layout,
+        dk: at.dk.layout,
+        dv: at.dv.layout,
+    };
+    let address = |role| {
+        Some(match role {
+            Role::Q => at.q.address,
+            Role::K => at.k.address,
+            Role::V => at.v.address,
+            Role::O => at.o.address,
+            Role::DO => at.d_o.address,
+            Role::Lse => at.lse,
+            Role::Dq => at.dq.address,
+            Role::Dk => at.dk.address,
+            Role::Dv => at.dv.address,
+            Role::Delta => at.workspace,
+        })
+    };
+    for launch in plan::backward(p, &layouts, target)? {
+        // Safety: as for the forward; the launches queue in order on one stream.
+        unsafe { run(context, stream, &launch, address)? };
+    }
+    Ok(())
+}
+
+/// Most programs a grid's y dimension holds (CUDA's limit); the kernels put batch x heads there.
+const MAX_GRID_Y: usize = 65535;
+
+/// Checks that kiln has kernels for a valid call: its head dim, its dtype (f16 and bf16 on the
+/// GPU), batch x heads within one grid. Refusals are [`AttentionError::Unsupported`].
+pub fn check_supported(p: &AttentionParams) -> Result<(), AttentionError> {
+    p.validate()?;
+    let unsupported = |m: String| Err(AttentionError::Unsupported(m));
+    if !prebuilt::DTYPES.contains(&p.dtype) {
+        return unsupported(format!(
+            "dtype {} on the GPU (the prebuilt kernels take f16 and bf16)",
+            p.dtype
+        ));
+    }
+    if p.batch * p.heads_q > MAX_GRID_Y {
+        return unsupported(format!(
+            "batch * heads_q = {} (the kernels launch one grid row per head, at most {MAX_GRID_Y})",
+            p.batch * p.heads_q
+        ));
+    }
+    Ok(())
+}
+
+/// After [`check_supported`], the target whose PTX runs on the context's device (compute
+/// capability 8.0 or newer).
+fn supported(p: &AttentionParams, context: Context) -> Result<Target, AttentionError> {
+    check_supported(p)?;
+    let unsupported = |m: String| Err(AttentionError::Unsupported(m));
+    let (major, minor) = context.compute_capability()?;
+    match Target::for_capability(major, minor) {
+        Some(target) => Ok(target),
+        None => unsupported(format!(
+            "compute capability {major}.{minor} (kiln's kernels need 8.0 or newer)"
+        )),
+    }
+}
+
+/// A byte range `[start, end)` of device memory.
+type Extent = (u64, u64);
+
+/// Checks a tensor's address and strides against what the prebuilt kernels assume (16-byte
+/// alignment, strides in multiples of 8 elements; [`prebuilt::divisibility`]); its byte range.
+fn check_tensor(
+    name: &str,
+    t: RawTensor,
+    p: &AttentionParams,
+    seqlen: usize,
+    heads: usize,
+    elem: u64,
+) -> Result<Extent, AttentionError> {
+    if t.address == 0 {
+        return Err(invalid(format!("{name}.data is NULL")));
+    }
+    if !t.address.is_multiple_of(16) {
+        return Err(invalid(format!(
+            "{name}.data must be 16-byte aligned, got {:#x}",
+            t.address
+        )));
+    }
+    for (field, stride) in [
+        ("batch_stride", t.layout.batch_stride),
+        ("seq_stride", t.layout.seq_stride),
+        ("head_stride", t.layout.head_stride),
+    ] {
+        if stride % 8 != 0 {
+            return Err(invalid(format!(
+                "{name}.{field} must be a multiple of 8 elements (16 bytes), got {stride}"
+            )));
+        }
+    }
+    let len = t
+        .layout
+        .required_len(name, p.batch, seqlen, heads, p.head_dim)? as u64;
+    extent(name, t.address, len.checked_mul(elem))
+}
+
+/// The byte range of an f32 row array (LSE, the workspace) after checking its address.
+fn check_rows(name: &str, address: u64, bytes: usize) -> Result<Extent, AttentionError> {
+    if address == 0 {
+        return Err(invalid(format!("{name} is NULL")));
+    }
+    if !address.is_multiple_of(16) {
+        return Err(invalid(format!(
+            "{name} must be 16-byte aligned, got {address:#x}"
+        )));
+    }
+    extent(name, address, Some(bytes as u64))
+}
+
+fn extent(name: &str, address: u64, bytes: Option<u64>) -> Result<Extent, AttentionError> {
+    bytes
+        .and_then(|bytes| address.checked_add(bytes).map(|end| (address, end)))
+        .ok_or_else(|| invalid(format!("{name} extends past the end of the address space")))
+}
+
+/// Refuses an output whose layout maps two elements to one address (say, a zero stride): each
+/// dimension's stride must step past everything the smaller-strided dimensions reach.
+fn check_injective(
+    name: &str,
+    layout: Layout,
+    p: &AttentionParams,
+    seqlen: usize,
+    heads: usize,
+) -> Result<(), AttentionError> {
+    let mut dims = [
+        ("head_dim", 1, p.head_dim),
+        ("batch_stride", layout.batch_stride, p.batch),
+        ("seq_stride", layout.seq_stride, seqlen),
+        ("head_stride", layout.head_stride, heads),
+    ];
+    dims.sort_by_key(|&(_, stride, _)| stride);
+    let mut reach: i64 = 0;
+    for (field, stride, size) in dims {
+        if size == 1 {
+            continue;
+        }
+        if stride <= reach {
+            return Err(invalid(format!(
+                "{name} overlaps itself: {name}.{field} = {stride} does not step past the \
+                 {} elements its smaller strides cover",
+                reach + 1
+            )));
+        }
+        reach += stride * (size as i64 - 1);
+    }
+    Ok(())
+}
+
+/// Refuses outputs whose byte ranges intersect.
+fn check_disjoint(outputs: &[(&str, Extent)]) -> Result<(), AttentionError> {
+    for (i, (a, (a_start, a_end))) in outputs.iter().enumerate() {
+        for (b, (b_start, b_end)) in &outputs[i + 1..] {
+            if a_start < b_end && b_start < a_end {
+                return Err(invalid(format!(
+                    "outputs {a} and {b} overlap ({a} spans {a_start:#x}..{a_end:#x}, {b} \
+                     {b_start:#x}..{b_end:#x})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loads (once per context) and launches one planned kernel with its roles at `address`.
+///
+/// # Safety
+/// The addresses must hold what the launch reads and writes.
+unsafe fn run(
+    context: Context,
+    stream: RawStream,
+    launch: &Launch,
+    address: impl Fn(Role) -> Option<u64>,
+) -> Result<(), AttentionError> {
+    let ptx = prebuilt::ptx(&launch.name).ok_or_else(|| {
+        AttentionError::Unsupported(format!("no prebuilt kernel {}", launch.name))
+    })?;
+    let signature = launch.kernel.signature();
+    let params = ParamType::of_signature(signature, &launch.spec).ok_or_else(|| {
+        AttentionError::Internal(format!(
+            "{}: an argument type the spec leaves open",
+            launch.name
+        ))
+    })?;
+    let kernel = MODULES.get_or_load(
+        context,
+        ModuleSource {
+            name: &launch.name,
+            ptx: ptx.text,
+            entry: signature.name,
+            params: &params,
+            shared_bytes: ptx.shared_bytes,
+        },
+    )?;
+    let args = launch
+        .args
+        .iter()
+        .map(|arg| match *arg {
+            Arg::Buffer(role) => address(role).map(RawArg::Ptr).ok_or_else(|| {
+                AttentionError::Internal(format!("{}: the plan names {role:?}", launch.name))
+            }),
+            Arg::I32(v) => Ok(RawArg::I32(v)),
+            Arg::I64(v) => Ok(RawArg::I64(v)),
+            Arg::F32(v) => Ok(RawArg::F32(v)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Safety: the caller vouches for the memory behind the addresses.
+    unsafe { kernel.launch(stream, launch.grid, launch.config.num_warps * 32, &args) }?;
+    Ok(())
+}
+
+// ---- the safe Rust API ----
+
+/// A tensor in a [`DeviceBuffer`]: `[batch, seqlen, heads, head_dim]` with element strides.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTensor<'a> {
+    pub buffer: &'a DeviceBuffer,
+    pub layout: Layout,
+}
+
+/// A tensor the call writes.
+#[derive(Debug)]
+pub struct DeviceTensorMut<'a> {
+    pub buffer: &'a mut DeviceBuffer,
+    pub layout: Layout,
+}
+
+/// The gradients a backward call writes, shaped like q, k and v.
+#[derive(Debug)]
+pub struct Gradients<'a> {
+    pub dq: DeviceTensorMut<'a>,
+    pub dk: DeviceTensorMut<'a>,
+    pub dv: DeviceTensorMut<'a>,
+}
+
+/// Checks a buffer's dtype and that it holds every element its shape and strides address; its
+/// address on `device`.
+fn bound(
+    device: &Device,
+    name: &str,
+    buffer: &DeviceBuffer,
+    layout: Layout,
+    p: &AttentionParams,
+    seqlen: usize,
+    heads: usize,
+) -> Result<RawTensor, AttentionError> {
+    if buffer.dtype() != p.dtype {
+        return Err(invalid(format!(
+            "{name} holds {}, expected {}",
+            buffer.dtype(),
+            p.dtype
+        )));
+    }
+    let need = layout.required_len(name, p.batch, seqlen, heads, p.head_dim)?;
+    if buffer.len() < need {
+        return Err(invalid(format!(
+            "{name} has {} elements but its shape and strides address {need}",
+            buffer.len()
+        )));
+    }
+    Ok(RawTensor {
+        address: buffer.device_address(device),
+        layout,
+    })
+}
+
+/// Checks an f32 row buffer (LSE, the workspace) holds `len` elements; its address.
+fn bound_rows(
+    device: &Device,
+    name: &str,
+    buffer: &DeviceBuffer,
+    len: usize,
+) -> Result<u64, AttentionError> {
+    if buffer.dtype() != DType::F32 || buffer.len() < len {
+        return Err(invalid(format!(
+            "{name} must hold at least {len} f32 (batch * heads_q * seqlen_q), got {} {}",
+            buffer.len(),
+            buffer.dtype()
+        )));
+    }
+    Ok(buffer.device_address(device))
+}
+
+/// Attention forward on `device`'s stream: writes `o` (shaped like `q`) and the natural-log
+/// `lse` (`[batch, heads_q, seqlen_q]` f32). Queued, not waited for.
+///
+/// ```no_run
+/// use kiln_dsl::DType;
+/// use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut};
+/// use kiln_kernels::attention::{AttentionParams, Layout};
+/// use kiln_runtime::Device;
+///
+/// let device = Device::current_or_default()?;
+/// let p = AttentionParams {
+///     dtype: DType::BF16,
+///     batch: 2,
+///     seqlen_q: 1000,
+///     seqlen_k: 1000,
+///     heads_q: 8,
+///     heads_kv: 2,
+///     head_dim: 128,
+///     causal: true,
+///     softmax_scale: AttentionParams::default_scale(128),
+/// };
+/// let ql = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
+/// let kl = Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim);
+/// let q = device.filled(DType::BF16, p.batch * p.seqlen_q * p.heads_q * p.head_dim, 0)?;
+/// let k = device.filled(DType::BF16, p.batch * p.seqlen_k * p.heads_kv * p.head_dim, 0)?;
+/// let v = device.filled(DType::BF16, p.batch * p.seqlen_k * p.heads_kv * p.head_dim, 0)?;
+/// let mut o = device.filled(DType::BF16, p.batch * p.seqlen_q * p.heads_q * p.head_dim, 0)?;
+/// let mut lse = device.filled(DType::F32, p.lse_len(), 0)?;
+/// gpu::forward(
+///     &device,
+///     &p,
+///     DeviceTensor { buffer: &q, layout: ql },
+///     DeviceTensor { buffer: &k, layout: kl },
+///     DeviceTensor { buffer: &v, layout: kl },
+///     DeviceTensorMut { buffer: &mut o, layout: ql },
+///     &mut lse,
+/// )?;
+/// device.synchronize()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn forward(
+    device: &Device,
+    p: &AttentionParams,
+    q: DeviceTensor<'_>,
+    k: DeviceTensor<'_>,
+    v: DeviceTensor<'_>,
+    o: DeviceTensorMut<'_>,
+    lse: &mut DeviceBuffer,
+) -> Result<(), AttentionError> {
+    p.check_fields()?;
+    let at = ForwardAddresses {
+        q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
+        k: bound(device, "k", k.buffer, k.layout, p, p.seqlen_k, p.heads_kv)?,
+        v: bound(device, "v", v.buffer, v.layout, p, p.seqlen_k, p.heads_kv)?,
+        o: bound(device, "o", o.buffer, o.layout, p, p.seqlen_q, p.heads_q)?,
+        lse: bound_rows(device, "lse", lse, p.lse_len())?,
+    };
+    // Safety: every buffer was checked to hold what its shape and strides address, and the
+    // borrows keep the outputs apart and alive until the call returns (the stream orders any
+    // later use of them after the kernels).
+    unsafe { launch_forward(device.context(), device.raw_stream(), p, &at) }
+}
+
+/// Attention backward on `device`'s stream: from the forward's inputs, its `o` and `lse`, and
+/// the output gradient `d_o`, writes dQ, dK and dV (GQA's groups summed into dK/dV). The split
+/// kernels make it bitwise the same on every run. Queued, not waited for.
+///
+/// ```no_run
+/// use kiln_dsl::DType;
+/// use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
+/// use kiln_kernels::attention::{AttentionParams, Layout};
+/// use kiln_runtime::Device;
+///
+/// let device = Device::current_or_default()?;
+/// let p = AttentionParams {
+///     dtype: DType::F16,
+///     batch: 1,
+///     seqlen_q: 512,
+///     seqlen_k: 512,
+///     heads_q: 4,
+///     heads_kv: 4,
+///     head_dim: 64,
+///     causal: false,
+///     softmax_scale: AttentionParams::default_scale(64),
+/// };
+/// let l = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
+/// let n = p.batch * p.seqlen_q * p.heads_q * p.head_dim;
+/// let [q, k, v, o, d_o] = [0; 5].map(|_| device.filled(DType::F16, n, 0).unwrap());
+/// let lse = device.filled(DType::F32, p.lse_len(), 0)?;
+/// let [mut dq, mut dk, mut dv] = [0; 3].map(|_| device.filled(DType::F16, n, 0).unwrap());
+/// let t = |buffer| DeviceTensor { buffer, layout: l };
+/// gpu::backward(
+///     &device,
+///     &p,
+///     [t(&q), t(&k), t(&v), t(&o), t(&d_o)],
+///     &lse,
+///     Gradients {
+///         dq: DeviceTensorMut { buffer: &mut dq, layout: l },
+///         dk: DeviceTensorMut { buffer: &mut dk, layout: l },
+///         dv: DeviceTensorMut { buffer: &mut dv, layout: l },
+///     },
+/// )?;
+/// device.synchronize()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn backward(
+    device: &Device,
+    p: &AttentionParams,
+    [q, k, v, o, d_o]: [DeviceTensor<'_>; 5],
+    lse: &DeviceBuffer,
+    grads: Gradients<'_>,
+) -> Result<(), AttentionError> {
+    p.check_fields()?;
+    let workspace = device.filled(DType::F32, p.lse_len(), 0)?;
+    let at = BackwardAddresses {
+        q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
+        k: bound(device, "k", k.buffer, k.layout, p, p.seqlen_k, p.heads_kv)?,
+        v: bound(device, "v", v.buffer, v.layout, p, p.seqlen_k, p.heads_kv)?,
+        o: bound(device, "o", o.buffer, o.layout, p, p.seqlen_q, p.heads_q)?,
+        d_o: bound(
+            device, "d_o", d_o.buffer, d_o.layout, p, p.seqlen_q, p.heads_q,
+        )?,
+        lse: bound_rows(device, "lse", lse, p.lse_len())?,
+        dq: bound(
+            device,
+            "dq",
+            grads.dq.buffer,
+            grads.dq.layout,
+            p,
+            p.seqlen_q,
+            p.heads_q,
+        )?,
+        dk: bound(
+            device,
+            "dk",
+            grads.dk.buffer,
+            grads.dk.layout,
+            p,
+            p.seqlen_k,
+            p.heads_kv,
+        )?,
+        dv: bound(
+            device,
+            "dv",
+            grads.dv.buffer,
+            grads.dv.layout,
+            p,
+            p.seqlen_k,
+            p.heads_kv,
+        )?,
+        workspace: workspace.device_address(device),
+        workspace_bytes: workspace_bytes(p),
+    };
+    // Safety: as in `forward`; the workspace lives until the stream has run the kernels, as
+    // dropping a buffer frees it in stream order.
+    unsafe { launch_backward(device.context(), device.raw_stream(), p, &at) }
+}

@@ -1,0 +1,109 @@
+//! The attention kernels' PTX as kiln ships it: every specialisation a call can need, compiled
+//! from the DSL by kiln-codegen and kept in `kernels/ptx/` (one file per specialisation, named by
+//! [`plan::specialisation_name`]), so that linking kiln-kernels needs no LLVM. kiln-codegen's
+//! tests compile every entry of [`shipped`] again and fail if a file differs from what the DSL
+//! gives today (`KILN_BLESS=1 cargo test -p kiln-codegen` rewrites them).
+
+use kiln_dsl::{DType, Spec, Target};
+
+use super::plan::{self, AttentionKernel};
+use super::{AttentionParams, HEAD_DIMS, KernelConfig};
+
+#[path = "../../ptx/mod.rs"]
+mod table;
+
+/// The dtypes the prebuilt kernels are compiled for.
+pub const DTYPES: [DType; 2] = [DType::F16, DType::BF16];
+
+/// One shipped specialisation: how it is built and compiled.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Specialisation {
+    /// [`plan::specialisation_name`], also its PTX file's stem.
+    pub name: String,
+    pub kernel: AttentionKernel,
+    pub target: Target,
+    pub config: KernelConfig,
+    pub spec: Spec,
+}
+
+/// Every specialisation kiln ships: the forward, dQ and dK/dV kernels for each dtype, head dim,
+/// mask and target, and the preprocessing kernel (which has no mask) for each dtype, head dim and
+/// target.
+pub fn shipped() -> Vec<Specialisation> {
+    let mut all = Vec::new();
+    for target in Target::ALL {
+        for dtype in DTYPES {
+            for head_dim in HEAD_DIMS {
+                for causal in [false, true] {
+                    let p = AttentionParams {
+                        dtype,
+                        batch: 1,
+                        seqlen_q: 1,
+                        seqlen_k: 1,
+                        heads_q: 1,
+                        heads_kv: 1,
+                        head_dim,
+                        causal,
+                        softmax_scale: 1.0,
+                    };
+                    let config = p.config(target).expect("a shipped head dim");
+                    for kernel in AttentionKernel::ALL {
+                        if kernel == AttentionKernel::Preprocess && causal {
+                            continue;
+                        }
+                        let config = config.kernel(kernel);
+                        all.push(Specialisation {
+                            name: plan::specialisation_name(kernel, &p, target),
+                            kernel,
+                            target,
+                            config,
+                            spec: p.spec(config),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// The shipped PTX of one specialisation, with the dynamic shared memory a launch gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ptx {
+    pub text: &'static str,
+    pub shared_bytes: u32,
+}
+
+/// The shipped PTX of the specialisation called `name`, if kiln ships it.
+pub fn ptx(name: &str) -> Option<Ptx> {
+    // The generated table is sorted by name.
+    let i = table::PTX
+        .binary_search_by(|(n, _, _)| (*n).cmp(name))
+        .ok()?;
+    let (_, text, shared_bytes) = table::PTX[i];
+    Some(Ptx { text, shared_bytes })
+}
+
+/// Every shipped PTX with its specialisation's name, sorted by name.
+pub fn all() -> impl Iterator<Item = (&'static str, Ptx)> {
+    table::PTX
+        .iter()
+        .map(|&(name, text, shared_bytes)| (name, Ptx { text, shared_bytes }))
+}
+
+/// What the prebuilt kernels were compiled assuming of their arguments (kiln-codegen's
+/// divisibility): every pointer 16-byte aligned and every stride a multiple of 8 elements, as the
+/// C interface requires of its callers and every launcher checks. It lets 16-byte vectors move
+/// each row.
+pub fn divisibility(kernel: AttentionKernel) -> Vec<(&'static str, u64)> {
+    kernel
+        .signature()
+        .args
+        .iter()
+        .filter_map(|arg| match arg.ty {
+            kiln_dsl::ArgType::Ptr(_) => Some((arg.name, 16)),
+            _ if arg.name.ends_with("_stride") => Some((arg.name, 8)),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,128 @@
+//! The prebuilt attention kernels as they ship, without a GPU: every specialisation a call can
+//! plan has its PTX, for its target, with its kernel's entry and parameters; and linking
+//! kiln-kernels pulls in no LLVM. (That each PTX file is exactly what the DSL gives today is
+//! kiln-codegen's test `the_shipped_attention_ptx_is_what_the_dsl_gives`, which links LLVM.)
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use kiln_dsl::{DType, Target};
+use kiln_kernels::attention::plan::{self, BackwardLayouts, ForwardLayouts};
+use kiln_kernels::attention::{AttentionParams, HEAD_DIMS, Layout, prebuilt};
+use kiln_runtime::ParamType;
+
+#[test]
+fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
+    let shipped = prebuilt::shipped();
+    // Forward, dQ and dK/dV with and without the mask, the preprocessing kernel without.
+    assert_eq!(
+        shipped.len(),
+        Target::ALL.len() * prebuilt::DTYPES.len() * HEAD_DIMS.len() * 7
+    );
+    let names: BTreeSet<&str> = shipped.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names.len(),
+        shipped.len(),
+        "specialisation names are unique"
+    );
+    let files: BTreeSet<&str> = prebuilt::all().map(|(name, _)| name).collect();
+    assert_eq!(names, files);
+    for s in &shipped {
+        let ptx = prebuilt::ptx(&s.name).expect("shipped PTX");
+        let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
+        assert!(
+            ptx.text
+                .contains(&format!(".visible .entry {}(", kernel.name())),
+            "{}: no entry {}",
+            s.name,
+            kernel.name()
+        );
+        assert!(
+            ptx.text.contains(&format!(".target {}", s.target)),
+            "{}",
+            s.name
+        );
+        assert_eq!(
+            ParamType::of_signature(s.kernel.signature(), &s.spec),
+            Some(ParamType::of_kernel(&kernel)),
+            "{}",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn every_planned_launch_finds_its_ptx() {
+    for target in Target::ALL {
+        for dtype in [DType::F16, DType::BF16] {
+            for head_dim in HEAD_DIMS {
+                for causal in [false, true] {
+                    let p = AttentionParams {
+                        dtype,
+                        batch: 3,
+                        seqlen_q: 333,
+                        seqlen_k: 1000,
+                        heads_q: 8,
+                        heads_kv: 2,
+                        head_dim,
+                        causal,
+                        softmax_scale: 0.1,
+                    };
+                    let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
+                    let k = Layout::contiguous(p.seqlen_k, p.heads_kv, head_dim);
+                    let forward = plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
+                        .expect("a valid call");
+                    let layouts = BackwardLayouts {
+                        q,
+                        k,
+                        v: k,
+                        o: q,
+                        d_o: q,
+                        dq: q,
+                        dk: k,
+                        dv: k,
+                    };
+                    let backward = plan::backward(&p, &layouts, target).expect("a valid call");
+                    for launch in std::iter::once(forward).chain(backward) {
+                        assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn linking_kiln_kernels_needs_no_llvm() {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "kiln-kernels",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    let tree = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(tree.contains("kiln-runtime"), "{tree}");
+    for crate_name in ["llvm-sys", "inkwell", "kiln-codegen"] {
+        assert!(
+            !tree
+                .lines()
+                .any(|line| line.starts_with(&format!("{crate_name} "))),
+            "{crate_name} is in kiln-kernels' dependency tree:\n{tree}"
+        );
+    }
+}

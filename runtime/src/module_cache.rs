@@ -1,0 +1,219 @@
+//! PTX modules loaded once per context, and launches on raw device pointers and streams: the
+//! path the prebuilt kernels take from the C interface and the Rust API. The driver compiles PTX
+//! to SASS when a module loads (tens of milliseconds for an attention kernel), so each
+//! (context, module) pair loads once per process and every later launch finds it here.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{result, sys};
+use kiln_dsl::DType;
+
+use crate::context::{Context, RawStream};
+use crate::device::jit_error_log;
+use crate::error::driver_message;
+use crate::{ParamType, RuntimeError};
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// What a module to load is: its PTX, the entry to launch and how.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleSource<'a> {
+    /// The cache key within a context: a name that identifies the PTX (a specialisation name).
+    pub name: &'a str,
+    pub ptx: &'a str,
+    /// The kernel's entry name in the PTX.
+    pub entry: &'a str,
+    /// The entry's parameters, which every launch is checked against.
+    pub params: &'a [ParamType],
+    /// Dynamic shared memory every launch gives it (opted into at load when above 48 KiB).
+    pub shared_bytes: u32,
+}
+
+/// A kernel loaded in one context, ready to launch.
+#[derive(Debug)]
+pub struct LoadedKernel {
+    name: String,
+    context: Context,
+    function: usize,
+    params: Vec<ParamType>,
+    shared_bytes: u32,
+}
+
+/// Loaded kernels by (context, name). Modules are never unloaded: the prebuilt set is bounded
+/// (one module per specialisation a process uses).
+#[derive(Debug, Default)]
+pub struct ModuleCache {
+    loaded: Mutex<HashMap<(Context, String), Arc<LoadedKernel>>>,
+}
+
+impl ModuleCache {
+    pub fn new() -> ModuleCache {
+        ModuleCache::default()
+    }
+
+    /// The kernel of `source` in `context`, loading its module on first use.
+    pub fn get_or_load(
+        &self,
+        context: Context,
+        source: ModuleSource<'_>,
+    ) -> Result<Arc<LoadedKernel>> {
+        let key = (context, source.name.to_string());
+        // A poisoned lock only means another thread panicked while holding it; the map itself
+        // is never left half-updated (one insert), so it is still sound to use.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kernel) = loaded.get(&key) {
+            return Ok(kernel.clone());
+        }
+        let kernel = Arc::new(context.with_current(|| load(context, source))?);
+        loaded.insert(key, kernel.clone());
+        Ok(kernel)
+    }
+}
+
+fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
+    let action = |what: &str| format!("{what} module `{}`", source.name);
+    let ptx = CString::new(source.ptx).map_err(|_| RuntimeError::Driver {
+        action: action("loading"),
+        message: "the PTX holds a NUL byte".to_string(),
+    })?;
+    // Safety: `ptx` is NUL-terminated PTX text, alive for the call.
+    let module = unsafe { result::module::load_data(ptx.as_ptr().cast()) }.map_err(|e| {
+        let mut message = driver_message(e);
+        if let Some(log) = jit_error_log(source.ptx) {
+            message.push_str(&format!("; jit log:\n{log}"));
+        }
+        RuntimeError::Driver {
+            action: action("loading"),
+            message,
+        }
+    })?;
+    let entry = CString::new(source.entry).map_err(|_| RuntimeError::Driver {
+        action: action("finding the entry of"),
+        message: "the entry name holds a NUL byte".to_string(),
+    })?;
+    // Safety: `module` was just loaded and is never unloaded.
+    let function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
+        RuntimeError::driver(
+            format!(
+                "finding kernel `{}` in module `{}`",
+                source.entry, source.name
+            ),
+            e,
+        )
+    })?;
+    if source.shared_bytes > 48 * 1024 {
+        // Safety: `function` is valid; the value is a byte count the kernel was compiled for.
+        unsafe {
+            result::function::set_function_attribute(
+                function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                source.shared_bytes as i32,
+            )
+        }
+        .map_err(|e| {
+            RuntimeError::driver(
+                format!(
+                    "opting `{}` into {} bytes of dynamic shared memory",
+                    source.name, source.shared_bytes
+                ),
+                e,
+            )
+        })?;
+    }
+    Ok(LoadedKernel {
+        name: source.name.to_string(),
+        context,
+        function: function as usize,
+        params: source.params.to_vec(),
+        shared_bytes: source.shared_bytes,
+    })
+}
+
+/// One argument of a raw launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RawArg {
+    /// A device address.
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+impl LoadedKernel {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Queues the kernel on `stream` (of this kernel's context; null: the legacy default
+    /// stream) over `grid` programs of `threads` threads.
+    ///
+    /// # Safety
+    /// Every pointer must address device memory of this context that holds whatever the kernel
+    /// reads and writes at these arguments, until the launch completes.
+    pub unsafe fn launch(
+        &self,
+        stream: RawStream,
+        grid: [u32; 3],
+        threads: u32,
+        args: &[RawArg],
+    ) -> Result<()> {
+        self.check_args(args)?;
+        let mut values: Vec<RawArg> = args.to_vec();
+        let mut pointers: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|arg| match arg {
+                RawArg::Ptr(v) => (v as *mut u64).cast(),
+                RawArg::I32(v) => (v as *mut i32).cast(),
+                RawArg::I64(v) => (v as *mut i64).cast(),
+                RawArg::F32(v) => (v as *mut f32).cast(),
+            })
+            .collect();
+        self.context.with_current(|| {
+            let [x, y, z] = grid;
+            // Safety: the arguments match the parameters (checked above) and live in `values`
+            // until the call returns (the driver copies them); the caller vouches for memory.
+            unsafe {
+                result::launch_kernel(
+                    self.function as sys::CUfunction,
+                    (x, y, z),
+                    (threads, 1, 1),
+                    self.shared_bytes,
+                    stream as sys::CUstream,
+                    &mut pointers,
+                )
+            }
+            .map_err(|e| RuntimeError::driver(format!("launching `{}`", self.name), e))
+        })
+    }
+
+    fn check_args(&self, args: &[RawArg]) -> Result<()> {
+        let error = |message: String| RuntimeError::Launch {
+            kernel: self.name.clone(),
+            message,
+        };
+        if args.len() != self.params.len() {
+            return Err(error(format!(
+                "it takes {} arguments, got {}",
+                self.params.len(),
+                args.len()
+            )));
+        }
+        for (i, (arg, param)) in args.iter().zip(&self.params).enumerate() {
+            let fits = matches!(
+                (arg, param),
+                (RawArg::Ptr(_), ParamType::Ptr(_))
+                    | (RawArg::I32(_), ParamType::Scalar(DType::I32))
+                    | (RawArg::I64(_), ParamType::Scalar(DType::I64))
+                    | (RawArg::F32(_), ParamType::Scalar(DType::F32))
+            );
+            if !fits {
+                return Err(error(format!(
+                    "argument {i} expects {param:?}, got {arg:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
