@@ -13,10 +13,10 @@
 //! | --- | --- | --- |
 //! | `tile` | kiln-dsl | the checked tile IR, as kiln-dsl prints it |
 //! | `layout` | [`layout`] | the same IR with a [`layout::Layout`] on every tile value, and the conversions |
-//! | `thread` | [`thread`] | the thread program: what one thread runs, registers, shuffles, shared memory |
-//! | `llir` | [`llvm`] | LLVM NVVM IR translated op for op from the thread program, verified |
+//! | `thread` | [`thread`] | the thread program: what one thread runs, registers, shuffles, shared memory; each instruction keeps its tile op's source location (not shown) |
+//! | `llir` | [`llvm`] | LLVM NVVM IR translated op for op from the thread program, verified; line info as `!dbg` locations |
 //! | `llir-opt` | [`ptx`] | the LLVM IR after LLVM's `O3` pipeline: what the NVPTX back end gets |
-//! | `ptx` | [`ptx`] | PTX for the chosen [`Target`], byte-identical for the same input |
+//! | `ptx` | [`ptx`] | PTX for the chosen [`Target`], byte-identical for the same input, with `.loc` lines at the DSL source ([`CompileOptions::line_info`]) |
 //!
 //! Beside the pipeline, [`emulate`] runs the thread program on the CPU for a whole grid (every
 //! thread's registers, warp shuffles, shared memory and barriers) on the interpreter's host
@@ -70,6 +70,10 @@ pub struct CompileOptions {
     /// integer's value. It is what proves 16-byte vector accesses aligned; a launch must check it
     /// ([`Compiled::assumptions`]; the emulator does).
     pub divisibility: Vec<(String, u64)>,
+    /// Whether the PTX carries `.loc` lines that lead from its instructions to the DSL source
+    /// (`file line col`, the path relative to the workspace), for profilers and debuggers. The
+    /// machine code is the same either way; ptxas adds line tables to the cubin.
+    pub line_info: bool,
 }
 
 impl Default for CompileOptions {
@@ -82,13 +86,15 @@ impl Default for CompileOptions {
 const MAX_STAGES: u32 = 4;
 
 impl CompileOptions {
-    /// `num_warps` warps for `target`, no pipelining, nothing known about the arguments.
+    /// `num_warps` warps for `target`, no pipelining, nothing known about the arguments, line
+    /// info on.
     pub fn new(target: Target, num_warps: u32) -> CompileOptions {
         CompileOptions {
             target,
             num_warps,
             num_stages: 1,
             divisibility: Vec::new(),
+            line_info: true,
         }
     }
 
@@ -261,7 +267,7 @@ pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, Co
     // One LLVM context per compile: nothing is shared between threads or between kernels.
     let context = Context::create();
     let machine = ptx::target_machine(options.target)?;
-    let module = llvm::lower(&context, &program, &machine)?;
+    let module = llvm::lower(&context, &program, &machine, options.line_info)?;
     let llir = module.print_to_string().to_string();
     ptx::optimize(&module, &machine)?;
     let llir_opt = module.print_to_string().to_string();

@@ -817,6 +817,88 @@ fn the_same_kernel_gives_byte_identical_ptx() {
     }
 }
 
+/// The `.file` directives of `ptx`: each file's index and path.
+fn ptx_files(ptx: &str) -> Vec<(u32, String)> {
+    ptx.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix(".file")?;
+            let (index, path) = rest.trim().split_once(char::is_whitespace)?;
+            Some((
+                index.parse().ok()?,
+                path.trim().trim_matches('"').to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The file index and line of a `.loc file line column` directive.
+fn loc_line(line: &str) -> Option<(u32, usize)> {
+    let mut fields = line.trim().strip_prefix(".loc")?.split_whitespace();
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// The forward attention kernel's PTX leads from its instructions to the DSL source: `.loc`
+/// lines in files named relative to the workspace, each `mma.sync` at a line with a `dot` call,
+/// and nothing else of debug info (no DWARF sections, no `.target ..., debug`).
+#[test]
+fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
+    let compiled = compile_case(&case("attention_fwd_f16_d128_sm_80"));
+    let ptx = compiled.ptx();
+    assert!(ptx.contains("\n.target sm_80\n"), "{ptx}");
+    assert!(!ptx.contains(".debug_info"), "{ptx}");
+    let files = ptx_files(ptx);
+    let workspace = manifest_path("..");
+    for (_, path) in &files {
+        assert!(
+            Path::new(path).is_relative() && workspace.join(path).is_file(),
+            "`.file` names {path}, not a file of the workspace"
+        );
+    }
+    let forward = "kernels/src/attention/forward.rs";
+    let source = std::fs::read_to_string(workspace.join(forward)).unwrap();
+    let lines: Vec<&str> = source.lines().collect();
+    let dot_lines: Vec<usize> = (1..=lines.len())
+        .filter(|&n| lines[n - 1].contains("dot("))
+        .collect();
+    assert_eq!(dot_lines.len(), 2, "QK^T and PV");
+    let mut at = None;
+    let mut mma_lines = Vec::new();
+    for line in ptx.lines() {
+        if let Some(loc) = loc_line(line) {
+            at = Some(loc);
+        }
+        if line.contains("mma.sync") {
+            let (file, number) = at.expect("a .loc before the first mma.sync");
+            let path = files.iter().find(|(i, _)| *i == file).map(|(_, p)| p);
+            assert_eq!(path.map(String::as_str), Some(forward), "{line}");
+            mma_lines.push(number);
+        }
+    }
+    mma_lines.sort();
+    mma_lines.dedup();
+    assert_eq!(mma_lines, dot_lines, "the lines of the mma.syncs' .loc");
+    // The ops inlined from `#[kernel_fn]`s point at their own file.
+    assert!(
+        files
+            .iter()
+            .any(|(_, path)| path == "kernels/src/attention/common.rs"),
+        "{files:?}"
+    );
+}
+
+#[test]
+fn line_info_can_be_turned_off() {
+    let case = case("attention_fwd_f16_d128_sm_80");
+    let options = CompileOptions {
+        line_info: false,
+        ..case_options(&case, case.target)
+    };
+    let compiled = compile(&case.kernel, &options).unwrap();
+    assert!(!compiled.ptx().contains(".loc"), "{}", compiled.ptx());
+    assert!(!compiled.ptx().contains(".file"), "{}", compiled.ptx());
+    assert!(!compiled.stage(Stage::Llir).contains("!dbg"));
+}
+
 #[test]
 fn float_math_is_not_contracted_into_fma() {
     // `acc * scale + v` must round twice, as the interpreter does.
@@ -1118,6 +1200,80 @@ fn assemble(ptxas: &Path, ptx: &str, name: &str, arch: &str) -> Result<String, S
             ptxas.display(),
             input.display()
         ))
+    }
+}
+
+/// The contents of the section called `name` of the 64-bit little-endian ELF file `elf`.
+fn elf_section<'e>(elf: &'e [u8], name: &str) -> Option<&'e [u8]> {
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap()) as usize;
+    assert!(
+        elf.starts_with(b"\x7fELF\x02\x01"),
+        "not a 64-bit little-endian ELF file"
+    );
+    let (table, entry_size, count) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
+    let header = |index: usize| table + index * entry_size;
+    // A section header: its name's offset at 0, its contents' offset at 24 and size at 32.
+    let contents = |index: usize| {
+        let (offset, size) = (u64_at(header(index) + 24), u64_at(header(index) + 32));
+        &elf[offset..offset + size]
+    };
+    let names = contents(u16_at(0x3e));
+    (0..count).find_map(|index| {
+        let start = u32_at(header(index));
+        let end = start + names[start..].iter().position(|&b| b == 0)?;
+        (&names[start..end] == name.as_bytes()).then(|| contents(index))
+    })
+}
+
+/// What ptxas makes of `compiled` for its target: the registers per thread and the machine
+/// code (the `.text.<kernel>` section of the cubin).
+fn sass(ptxas: &Path, compiled: &Compiled, name: &str) -> (u32, Vec<u8>) {
+    let arch = compiled.options.target.name();
+    let report = assemble(ptxas, compiled.ptx(), name, arch).unwrap_or_else(|e| panic!("{e}"));
+    let cubin = std::env::temp_dir()
+        .join(format!("kiln-ptxas-{}", std::process::id()))
+        .join(format!("{name}.cubin"));
+    let elf = std::fs::read(&cubin).unwrap();
+    let _ = std::fs::remove_file(&cubin);
+    let text = elf_section(&elf, &format!(".text.{}", compiled.name))
+        .unwrap_or_else(|| panic!("{name}: no .text.{} in the cubin", compiled.name));
+    (registers(&report), text.to_vec())
+}
+
+/// The `.loc` lines change nothing ptxas makes of the forward attention kernel's code (for
+/// sm_80 and sm_90a): the registers and the machine code are byte for byte the same without
+/// them (the cubin gains line tables).
+#[test]
+fn line_info_leaves_the_machine_code_unchanged() {
+    let Some(ptxas) = ptxas() else {
+        eprintln!("ptxas not found (set KILN_PTXAS): skipping the SASS comparison");
+        return;
+    };
+    let jobs: Vec<(Target, bool)> = Target::ALL
+        .into_iter()
+        .flat_map(|target| [(target, true), (target, false)])
+        .collect();
+    let code = parallel_map(&jobs, |&(target, line_info)| {
+        let case = attention_case("attention_fwd", DType::F16, 128, false, target);
+        let options = CompileOptions {
+            line_info,
+            ..case_options(&case, target)
+        };
+        let compiled = compile(&case.kernel, &options).unwrap();
+        assert_eq!(compiled.ptx().contains(".loc"), line_info);
+        let name = format!("{}_line_info={line_info}", case.name);
+        sass(&ptxas, &compiled, &name)
+    });
+    for (pair, target) in code.chunks(2).zip(Target::ALL) {
+        let ((registers, code), (registers_without, code_without)) = (&pair[0], &pair[1]);
+        assert!(!code.is_empty(), "{target}: no machine code");
+        assert_eq!(registers, registers_without, "{target}: registers");
+        assert!(
+            code == code_without,
+            "{target}: line info changes the machine code"
+        );
     }
 }
 

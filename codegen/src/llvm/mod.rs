@@ -7,9 +7,11 @@
 //! store a branch around the access (a masked-off lane never touches memory, even
 //! speculatively), shared memory an `addrspace(3)` array (static, or dynamic above 48 KiB),
 //! the approximate math, `ldmatrix` and `mma.sync` the NVVM intrinsics (or inline PTX where LLVM
-//! has none).
+//! has none). Every instruction carries the source location of the tile op it came from
+//! (the `debug` module), for the PTX's `.loc` lines.
 
 mod control;
+mod debug;
 mod ops;
 
 use inkwell::AddressSpace;
@@ -19,6 +21,7 @@ use inkwell::module::{Linkage, Module};
 use inkwell::targets::TargetMachine;
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::{BasicValueEnum, FunctionValue, GlobalValue};
+use kiln_dsl::Loc;
 
 use crate::thread::{Block, Program, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -30,11 +33,13 @@ const GLOBAL: u16 = 1;
 const SHARED: u16 = 3;
 
 /// Translates `program` into a new module of `context`, for `machine`'s target, and runs the
-/// LLVM verifier on it.
+/// LLVM verifier on it. With `line_info`, every instruction from a tile op carries that op's
+/// DSL source line and column (the `debug` module).
 pub fn lower<'ctx>(
     context: &'ctx Context,
     program: &Program,
     machine: &TargetMachine,
+    line_info: bool,
 ) -> Result<Module<'ctx>> {
     let module = context.create_module(program.name);
     module.set_triple(&machine.get_triple());
@@ -77,6 +82,8 @@ pub fn lower<'ctx>(
         program,
         values: vec![None; program.types.len()],
         shared,
+        line_info: line_info
+            .then(|| debug::LineInfo::new(context, &module, function, program.file)),
     };
     for (param, decl) in function.get_param_iter().zip(&program.params) {
         param.set_name(decl.name);
@@ -84,6 +91,8 @@ pub fn lower<'ctx>(
     }
     translation.block(&program.body)?;
     translation.builder.build_return(None)?;
+    // Dropping the DIBuilder completes the debug info, which the verifier checks.
+    drop(translation);
     module.verify().map_err(|message| {
         CodegenError::llvm(
             Stage::Llir,
@@ -103,6 +112,7 @@ pub(crate) struct Translation<'a, 'ctx> {
     values: Vec<Option<BasicValueEnum<'ctx>>>,
     /// The block's shared memory, where the program uses any.
     shared: Option<GlobalValue<'ctx>>,
+    line_info: Option<debug::LineInfo<'a, 'ctx>>,
 }
 
 impl<'ctx> Translation<'_, 'ctx> {
@@ -201,15 +211,32 @@ impl<'ctx> Translation<'_, 'ctx> {
         })
     }
 
-    /// Translates a block's instructions; returns the values its `yield` names.
+    /// Translates a block's instructions, each at its op's source location; returns the values
+    /// its `yield` names.
     fn block(&mut self, block: &Block) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        // What follows a nested block (a loop's latch, an `if`'s phis) is its op's.
+        let outer = self.line_info.as_ref().and_then(debug::LineInfo::current);
+        let mut yielded = Vec::new();
         for inst in &block.insts {
             if let crate::thread::Op::Yield(values) = &inst.op {
-                return values.iter().map(|&r| self.value(r)).collect();
+                yielded = values
+                    .iter()
+                    .map(|&r| self.value(r))
+                    .collect::<Result<_>>()?;
+                break;
             }
+            self.locate(inst.loc);
             self.inst(inst)?;
         }
-        Ok(Vec::new())
+        self.locate(outer);
+        Ok(yielded)
+    }
+
+    /// Gives the instructions built from now on `loc` (none: no location), with line info on.
+    fn locate(&mut self, loc: Option<Loc>) {
+        if let Some(line_info) = &mut self.line_info {
+            line_info.locate(&self.builder, loc);
+        }
     }
 }
 

@@ -346,6 +346,8 @@ pub struct Param {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
     pub name: &'static str,
+    /// The kernel's source file, as `file!()` gives it: the file of the PTX's line info.
+    pub file: &'static str,
     pub params: Vec<Param>,
     pub threads_per_block: u32,
     /// The block's shared memory, in bytes: static up to 48 KiB, dynamic above

@@ -78,6 +78,7 @@ pub fn lower(
     insts.extend(lowering.blocks.pop().unwrap_or_default());
     Ok(Program {
         name: kernel.name(),
+        file: kernel.signature.file,
         params,
         threads_per_block: options.threads_per_block(),
         shared_bytes: lowering.shared_bytes,
