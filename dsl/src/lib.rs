@@ -10,6 +10,7 @@
 //! - [`builder`]: one method per DSL construct; all shape/type checks live in its `semantic` module.
 //! - [`printer`]: the text form (`Display for Kernel`); [`passes`]: folding and dead-code removal.
 //! - [`interp`]: runs a kernel over a grid on host buffers with the GPU's rounding.
+//! - [`launch`]: arguments and the [`Launcher`] trait of the typed `launch` functions.
 //! - [`target`]: the GPU architectures, which kernels' specialisations are chosen per.
 
 // The macro's generated code names `::kiln_dsl`, inside this crate too.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod interp;
 
 pub mod ir;
+pub mod launch;
 pub mod passes;
 pub mod printer;
 pub mod signature;
@@ -33,6 +35,7 @@ pub mod types;
 pub use builder::{Builder, FnResult, FnType, ForScope, IfScope};
 pub use error::{Error, Loc, Result};
 pub use interp::{Grid, HostBuffer, KernelArg, run};
+pub use launch::{Arg, Interpreter, KernelDef, Launcher};
 
 pub use ir::{BinaryOp, CmpOp, Kernel, ReduceOp, UnaryOp, Value};
 pub use kiln_macros::{kernel, kernel_fn};

@@ -31,14 +31,8 @@ impl Grid {
     }
 }
 
-/// One argument of a launch, matching the kernel's signature in order.
-#[derive(Clone, Copy, Debug)]
-pub enum KernelArg<'a> {
-    Buffer(&'a HostBuffer),
-    I32(i32),
-    I64(i64),
-    F32(f32),
-}
+/// One argument of an interpreter launch, matching the kernel's signature in order.
+pub type KernelArg<'a> = crate::launch::Arg<'a, HostBuffer>;
 
 /// Runs `kernel` once per program of `grid`, in parallel; the first fault stops the launch.
 pub fn run(kernel: &Kernel, grid: Grid, args: &[KernelArg<'_>]) -> Result<()> {

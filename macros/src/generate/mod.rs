@@ -89,6 +89,40 @@ pub(crate) fn generate_kernel(kernel: &KernelDef, dsl: TokenStream) -> TokenStre
     });
     let body = generator.block(body);
 
+    // The typed launcher: buffers of the launcher's kind for pointers, Rust scalars for scalars
+    // (a scalar typed by a dtype parameter takes any scalar; the launch checks it).
+    let launch_params = args.iter().map(|arg| {
+        let arg_name = &arg.name;
+        match &arg.ty {
+            ArgType::Ptr(_) => quote!(#arg_name: &'a L::Buffer),
+            ArgType::Scalar(DTypeRef::Fixed(dtype)) => {
+                let rust = match dtype {
+                    DType::I64 => quote!(i64),
+                    DType::F32 => quote!(f32),
+                    _ => quote!(i32),
+                };
+                quote!(#arg_name: #rust)
+            }
+            ArgType::Scalar(DTypeRef::Param(_)) => {
+                quote!(#arg_name: impl ::core::convert::Into<#dsl::Arg<'a, L::Buffer>>)
+            }
+        }
+    });
+    let launch_args = args.iter().map(|arg| {
+        let arg_name = &arg.name;
+        match &arg.ty {
+            ArgType::Ptr(_) => quote!(#dsl::Arg::Buffer(#arg_name)),
+            ArgType::Scalar(DTypeRef::Fixed(_)) => {
+                quote!(#dsl::Arg::from(#arg_name))
+            }
+            ArgType::Scalar(DTypeRef::Param(_)) => quote!(#arg_name.into()),
+        }
+    });
+    let launch_doc = format!(
+        " Launches `{name}` at `spec` over `grid` with `launcher` (the CPU interpreter, or \
+         kiln-runtime's JIT on a GPU); the arguments are the kernel's, typed."
+    );
+
     let build_doc = format!(
         " Builds the kernel `{name}` at `spec`, {}; the IR is checked as it is built.",
         describe_params(kernel)
@@ -113,6 +147,23 @@ pub(crate) fn generate_kernel(kernel: &KernelDef, dsl: TokenStream) -> TokenStre
                 #(#arg_bindings)*
                 #body
                 __kiln_builder.finish()
+            }
+
+            /// The kernel as launchers take it.
+            pub static KERNEL: #dsl::KernelDef = #dsl::KernelDef {
+                signature: &SIGNATURE,
+                build,
+            };
+
+            #[doc = #launch_doc]
+            #[allow(non_snake_case)]
+            pub fn launch<'a, L: #dsl::Launcher>(
+                launcher: &L,
+                spec: &#dsl::Spec,
+                grid: #dsl::Grid,
+                #(#launch_params),*
+            ) -> ::core::result::Result<(), L::Error> {
+                launcher.launch(&KERNEL, spec, grid, &[#(#launch_args),*])
             }
         }
     }

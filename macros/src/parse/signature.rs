@@ -131,6 +131,15 @@ pub(crate) fn parse_args(
         .iter()
         .map(|input| {
             let (name, mutable, ty) = arg_parts(input, Item::Kernel)?;
+            if ["launcher", "spec", "grid"].contains(&name.to_string().as_str()) {
+                return Err(syn::Error::new_spanned(
+                    &name,
+                    format!(
+                        "a kernel argument cannot be called `{name}`: the generated `launch` \
+                         function takes `launcher`, `spec` and `grid` before the kernel's arguments"
+                    ),
+                ));
+            }
             Ok(ArgDef {
                 name,
                 mutable,
