@@ -37,6 +37,7 @@
 //! (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
 //! dimensions) is a [`CodegenError::Unsupported`] naming the op and its DSL source line.
 
+pub mod cache;
 pub mod emulate;
 pub mod error;
 pub mod layout;

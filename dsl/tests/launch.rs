@@ -18,7 +18,17 @@ fn a_typed_launch_runs_on_the_interpreter() {
     let spec = Spec::new().dtype("T", F32).int("BLOCK", 4);
     let x = HostBuffer::from_f32(F32, &[1.0, 2.0, 3.0, 4.0, 5.0]);
     let out = HostBuffer::poisoned(F32, 5);
-    scale::launch(&Interpreter, &spec, Grid::new(2, 1, 1), &x, &out, 5, 0.5, 1.0f32).unwrap();
+    scale::launch(
+        &Interpreter,
+        &spec,
+        Grid::new(2, 1, 1),
+        &x,
+        &out,
+        5,
+        0.5,
+        1.0f32,
+    )
+    .unwrap();
     assert_eq!(out.to_f32(), [1.5, 2.0, 2.5, 3.0, 3.5]);
 }
 
@@ -27,9 +37,18 @@ fn a_buffer_of_another_dtype_is_refused_at_launch() {
     let spec = Spec::new().dtype("T", F16).int("BLOCK", 4);
     let x = HostBuffer::from_f32(F32, &[1.0; 4]);
     let out = HostBuffer::poisoned(F16, 4);
-    let err = scale::launch(&Interpreter, &spec, Grid::new(1, 1, 1), &x, &out, 4, 0.5, 0.0f32)
-        .unwrap_err()
-        .to_string();
+    let err = scale::launch(
+        &Interpreter,
+        &spec,
+        Grid::new(1, 1, 1),
+        &x,
+        &out,
+        4,
+        0.5,
+        0.0f32,
+    )
+    .unwrap_err()
+    .to_string();
     assert_eq!(
         err,
         "cannot launch `scale`: argument `x` is ptr<f16>, got a buffer of f32"

@@ -27,9 +27,12 @@
 pub use kiln_dsl as dsl;
 pub use kiln_dsl::{kernel, kernel_fn};
 pub use kiln_kernels as kernels;
+/// Devices, buffers and launches; with the `jit` feature, [`runtime::jit::Jit`] compiles user
+/// kernels for the GPU on first launch.
+pub use kiln_runtime as runtime;
 
 /// What host code that builds and runs kernels names.
 pub mod prelude {
     pub use kiln_dsl::prelude::*;
-    pub use kiln_dsl::{Grid, HostBuffer, KernelArg};
+    pub use kiln_dsl::{Grid, HostBuffer, Interpreter, KernelArg, Launcher};
 }

@@ -19,6 +19,12 @@
 //! pub mod add {
 //!     pub static SIGNATURE: kiln_dsl::KernelSignature = /* name, file, params, args */;
 //!     pub fn build(spec: &kiln_dsl::Spec) -> kiln_dsl::Result<kiln_dsl::Kernel> { /* .. */ }
+//!     pub static KERNEL: kiln_dsl::KernelDef = /* SIGNATURE and build, for launchers */;
+//!     // Typed: a buffer of the launcher's kind per pointer, the Rust scalar per scalar.
+//!     pub fn launch<'a, L: kiln_dsl::Launcher>(
+//!         launcher: &L, spec: &kiln_dsl::Spec, grid: kiln_dsl::Grid,
+//!         x: &'a L::Buffer, y: &'a L::Buffer, out: &'a L::Buffer, n: i32,
+//!     ) -> Result<(), L::Error> { /* .. */ }
 //! }
 //!
 //! #[kiln::kernel_fn]

@@ -16,6 +16,16 @@ pub enum RuntimeError {
     },
     /// A launch whose arguments do not fit the kernel's parameters.
     Launch { kernel: String, message: String },
+    /// A kernel that failed to build at its spec.
+    Kernel(kiln_dsl::Error),
+    /// A kernel codegen could not compile (the JIT).
+    Compile(String),
+}
+
+impl From<kiln_dsl::Error> for RuntimeError {
+    fn from(e: kiln_dsl::Error) -> Self {
+        RuntimeError::Kernel(e)
+    }
 }
 
 impl RuntimeError {
@@ -47,6 +57,8 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Launch { kernel, message } => {
                 write!(f, "cannot launch `{kernel}`: {message}")
             }
+            RuntimeError::Kernel(e) => write!(f, "{e}"),
+            RuntimeError::Compile(message) => write!(f, "cannot compile: {message}"),
         }
     }
 }

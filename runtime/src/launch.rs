@@ -50,13 +50,7 @@ impl ParamType {
 }
 
 /// One launch argument, in the kernel's parameter order.
-#[derive(Clone, Copy, Debug)]
-pub enum LaunchArg<'a> {
-    Buffer(&'a DeviceBuffer),
-    I32(i32),
-    I64(i64),
-    F32(f32),
-}
+pub type LaunchArg<'a> = kiln_dsl::Arg<'a, DeviceBuffer>;
 
 /// The programs of a launch (CUDA blocks along x, y, z) and the threads of each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,19 +1,27 @@
 //! kiln-runtime: loads PTX through the CUDA driver (cudarc) and launches kernels with arguments
 //! checked against their signatures.
 //!
-//! Where it sits: after kiln-codegen (which makes PTX) and under kiln-kernels' GPU API. It links
-//! no LLVM and needs no CUDA toolkit: the driver library (`libcuda.so`) is loaded when a
-//! [`Device`] is first opened, so everything builds on a machine without a GPU.
+//! Where it sits: after kiln-codegen (which makes PTX) and under kiln-kernels' GPU API and C
+//! interface. By default it links no LLVM and needs no CUDA toolkit: the driver library
+//! (`libcuda.so`) is loaded at the first driver call, so everything builds on a machine without a
+//! GPU.
 //!
-//! What it holds today is the minimal loader the GPU tests need: a [`Device`] (the current
-//! context's device, or device 0's primary context), [`Module`]s loaded from PTX text,
-//! [`DeviceBuffer`]s copied to and from the interpreter's [`kiln_dsl::HostBuffer`]s, and
-//! [`Device::launch`]. The "Runtime" issue grows it (module cache, typed launches, JIT).
+//! - [`Device`]: the device of the calling thread's current context (else device 0) in its
+//!   primary context, with a stream; [`Module`]s loaded from PTX; [`DeviceBuffer`]s copied to and
+//!   from the interpreter's [`kiln_dsl::HostBuffer`]s; [`Device::launch`] checks arguments
+//!   against the kernel's parameters.
+//! - [`Context`] and [`ModuleCache`]: the prebuilt kernels' path: the context current on the
+//!   calling thread (PyTorch's) or device 0's primary one, each module loaded once per context,
+//!   launches on raw device addresses and a caller's stream.
+//! - `jit` (feature `jit`, which links kiln-codegen): user kernels compiled on first launch,
+//!   through a disk cache; a [`kiln_dsl::Launcher`] for the kernels' typed `launch` functions.
 
 mod buffer;
 mod context;
 mod device;
 mod error;
+#[cfg(feature = "jit")]
+pub mod jit;
 mod launch;
 mod module_cache;
 // Raw-byte transfers and event timing, for harnesses that move large tensors and time kernels.

@@ -1,5 +1,7 @@
-//! FlashAttention: the kernels (written in the DSL), their configuration table per target, the parameters of a
-//! call with their validation, and the launches on the CPU interpreter.
+//! FlashAttention: the kernels (written in the DSL: [`forward`], [`backward`], [`common`]), their
+//! configuration table per target ([`config`]), the parameters of a call with their validation,
+//! what a call launches ([`plan`]), and where it runs: the CPU interpreter ([`cpu`], checked by
+//! [`check`]) or the GPU with the PTX kiln ships ([`prebuilt`], [`gpu`]).
 //!
 //! A call is one [`AttentionParams`] plus [`Tensor`]s in the `[batch, seqlen, heads, head_dim]`
 //! layout with element strides; LSE and the backward's `delta` are `[batch, heads_q, seqlen_q]` f32.

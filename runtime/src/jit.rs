@@ -1,0 +1,148 @@
+//! JIT compilation of user kernels (feature `jit`, which links kiln-codegen and so LLVM): a
+//! `#[kiln::kernel]` compiles on its first launch for the device's architecture, through the
+//! disk cache of `kiln_codegen::cache` (`$KILN_CACHE_DIR`, default `~/.cache/kiln`; `KILN_DUMP`
+//! writes every stage), and stays loaded for the process. [`Jit`] is a [`Launcher`], so a
+//! kernel's typed `launch` runs on the GPU with it and on the CPU with kiln-dsl's interpreter.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kiln_codegen::CompileOptions;
+use kiln_codegen::cache::{self, CachedPtx};
+use kiln_dsl::{Arg, Grid, KernelDef, Launcher, Spec, Target};
+
+use crate::{Device, DeviceBuffer, Function, LaunchConfig, ParamType, RuntimeError};
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// Compiles kernels for one device on first launch and launches them on its stream.
+#[derive(Debug)]
+pub struct Jit {
+    device: Device,
+    target: Target,
+    num_warps: u32,
+    num_stages: u32,
+    cache_dir: Option<PathBuf>,
+    dump_dir: Option<PathBuf>,
+    loaded: Mutex<HashMap<String, Arc<(Function, u32)>>>,
+}
+
+impl Jit {
+    /// A JIT for `device`: 4 warps per program, no pipelining, the cache and dump folders of the
+    /// environment.
+    ///
+    /// # Safety
+    /// Every kernel launched through it must stay within its buffers at the arguments it gets:
+    /// a GPU does not check, so an unmasked access past a buffer is undefined behaviour. The
+    /// interpreter checks every access: run a kernel there first (the same typed `launch` call
+    /// with `kiln_dsl::Interpreter`).
+    pub unsafe fn new(device: Device) -> Result<Jit> {
+        let (major, minor) = device.compute_capability()?;
+        let target = Target::for_capability(major, minor).ok_or_else(|| RuntimeError::Launch {
+            kernel: "(any)".to_string(),
+            message: format!(
+                "kiln compiles for compute capability 8.0 and newer, got {major}.{minor}"
+            ),
+        })?;
+        Ok(Jit {
+            device,
+            target,
+            num_warps: 4,
+            num_stages: 1,
+            cache_dir: cache::default_dir(),
+            dump_dir: cache::dump_dir(),
+            loaded: Mutex::default(),
+        })
+    }
+
+    /// The same JIT compiling with `num_warps` warps per program and `num_stages` pipeline
+    /// stages (kiln-codegen's `CompileOptions`).
+    pub fn with_options(self, num_warps: u32, num_stages: u32) -> Jit {
+        Jit {
+            num_warps,
+            num_stages,
+            ..self
+        }
+    }
+
+    /// The same JIT with its disk cache in `dir`, or none.
+    pub fn with_cache_dir(self, dir: Option<PathBuf>) -> Jit {
+        Jit {
+            cache_dir: dir,
+            ..self
+        }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn target(&self) -> Target {
+        self.target
+    }
+
+    /// `kernel` at `spec` compiled (or found in the cache): its PTX and whether the disk cache
+    /// had it, without loading it.
+    pub fn compile(&self, kernel: &KernelDef, spec: &Spec) -> Result<CachedPtx> {
+        let built = (kernel.build)(spec)?;
+        let options = CompileOptions::new(self.target, self.num_warps).with_stages(self.num_stages);
+        cache::compile_cached(
+            &built,
+            &options,
+            self.cache_dir.as_deref(),
+            self.dump_dir.as_deref(),
+        )
+        .map_err(|e| RuntimeError::Compile(e.to_string()))
+    }
+
+    /// The loaded function of `kernel` at `spec` and the dynamic shared memory it needs.
+    fn function(&self, kernel: &KernelDef, spec: &Spec) -> Result<Arc<(Function, u32)>> {
+        let key = format!("{}{spec:?}", kernel.signature.name);
+        // A poisoned lock only means a panic elsewhere; the map holds whole entries only.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = loaded.get(&key) {
+            return Ok(entry.clone());
+        }
+        let compiled = self.compile(kernel, spec)?;
+        let params = ParamType::of_signature(kernel.signature, spec).ok_or_else(|| {
+            RuntimeError::Compile(format!(
+                "{}: the spec leaves an argument type open",
+                kernel.signature.name
+            ))
+        })?;
+        let module = self
+            .device
+            .load_module(kernel.signature.name, &compiled.ptx)?;
+        let function = module.function(kernel.signature.name, params)?;
+        if compiled.shared_bytes > 0 {
+            function.set_max_dynamic_shared_bytes(compiled.shared_bytes)?;
+        }
+        let entry = Arc::new((function, compiled.shared_bytes));
+        loaded.insert(key, entry.clone());
+        Ok(entry)
+    }
+}
+
+impl Launcher for Jit {
+    type Buffer = DeviceBuffer;
+    type Error = RuntimeError;
+
+    /// Queues the launch on the device's stream (compiling and loading the kernel first if this
+    /// JIT has not yet).
+    fn launch(
+        &self,
+        kernel: &KernelDef,
+        spec: &Spec,
+        grid: Grid,
+        args: &[Arg<'_, DeviceBuffer>],
+    ) -> Result<()> {
+        let entry = self.function(kernel, spec)?;
+        let (function, shared_bytes) = &*entry;
+        let config =
+            LaunchConfig::new(grid.0, self.num_warps * 32).with_dynamic_shared_bytes(*shared_bytes);
+        // Safety: the arguments are checked against the kernel's parameters; that its accesses
+        // stay within the buffers is what `Jit::new`'s caller vouched for.
+        unsafe { self.device.launch(function, config, args) }
+    }
+}
