@@ -62,18 +62,15 @@ pub fn workspace_bytes(p: &AttentionParams) -> usize {
 /// [`AttentionError::InvalidArgument`] naming the field.
 pub fn check_forward(p: &AttentionParams, at: &ForwardAddresses) -> Result<(), AttentionError> {
     p.check_fields()?;
-    let elem = p.dtype.size_bytes() as u64;
-    let tensors = [
-        ("q", at.q, p.seqlen_q, p.heads_q),
-        ("k", at.k, p.seqlen_k, p.heads_kv),
-        ("v", at.v, p.seqlen_k, p.heads_kv),
-        ("o", at.o, p.seqlen_q, p.heads_q),
-    ];
-    let mut extents = Vec::new();
-    for (name, tensor, seqlen, heads) in tensors {
-        extents.push(check_tensor(name, tensor, p, seqlen, heads, elem)?);
-    }
-    check_injective("o", at.o.layout, p, p.seqlen_q, p.heads_q)?;
+    let extents = check_tensors(
+        p,
+        &[
+            (Input, Queries, "q", at.q),
+            (Input, Keys, "k", at.k),
+            (Input, Keys, "v", at.v),
+            (Output, Queries, "o", at.o),
+        ],
+    )?;
     let lse = check_rows("lse", at.lse, p.lse_len() * 4)?;
     check_disjoint(&[("o", extents[3]), ("lse", lse)])
 }
@@ -115,24 +112,19 @@ pub unsafe fn launch_forward(
 /// [`AttentionError::InvalidArgument`] naming the field.
 pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(), AttentionError> {
     p.check_fields()?;
-    let elem = p.dtype.size_bytes() as u64;
-    let tensors = [
-        ("q", at.q, p.seqlen_q, p.heads_q),
-        ("k", at.k, p.seqlen_k, p.heads_kv),
-        ("v", at.v, p.seqlen_k, p.heads_kv),
-        ("o", at.o, p.seqlen_q, p.heads_q),
-        ("d_o", at.d_o, p.seqlen_q, p.heads_q),
-        ("dq", at.dq, p.seqlen_q, p.heads_q),
-        ("dk", at.dk, p.seqlen_k, p.heads_kv),
-        ("dv", at.dv, p.seqlen_k, p.heads_kv),
-    ];
-    let mut extents = Vec::new();
-    for (name, tensor, seqlen, heads) in tensors {
-        extents.push(check_tensor(name, tensor, p, seqlen, heads, elem)?);
-    }
-    for (name, tensor, seqlen, heads) in &tensors[5..] {
-        check_injective(name, tensor.layout, p, *seqlen, *heads)?;
-    }
+    let extents = check_tensors(
+        p,
+        &[
+            (Input, Queries, "q", at.q),
+            (Input, Keys, "k", at.k),
+            (Input, Keys, "v", at.v),
+            (Input, Queries, "o", at.o),
+            (Input, Queries, "d_o", at.d_o),
+            (Output, Queries, "dq", at.dq),
+            (Output, Keys, "dk", at.dk),
+            (Output, Keys, "dv", at.dv),
+        ],
+    )?;
     check_rows("lse", at.lse, p.lse_len() * 4)?;
     let need = workspace_bytes(p);
     if at.workspace_bytes < need {
@@ -233,6 +225,48 @@ fn supported(p: &AttentionParams, context: Context) -> Result<Target, AttentionE
 
 /// A byte range `[start, end)` of device memory.
 type Extent = (u64, u64);
+
+/// Whether a call reads or writes a tensor: outputs may not overlap themselves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Input,
+    Output,
+}
+
+/// Whose rows and heads a tensor has.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// `seqlen_q` rows, `heads_q` heads: q, o, dO, dQ.
+    Queries,
+    /// `seqlen_k` rows, `heads_kv` heads: k, v, dK, dV.
+    Keys,
+}
+
+use Access::{Input, Output};
+use Rows::{Keys, Queries};
+
+/// Checks each tensor of a call ([`check_tensor`], and [`check_injective`] for outputs); their
+/// byte ranges, in order.
+fn check_tensors(
+    p: &AttentionParams,
+    tensors: &[(Access, Rows, &str, RawTensor)],
+) -> Result<Vec<Extent>, AttentionError> {
+    let elem = p.dtype.size_bytes() as u64;
+    tensors
+        .iter()
+        .map(|&(access, rows, name, tensor)| {
+            let (seqlen, heads) = match rows {
+                Queries => (p.seqlen_q, p.heads_q),
+                Keys => (p.seqlen_k, p.heads_kv),
+            };
+            let extent = check_tensor(name, tensor, p, seqlen, heads, elem)?;
+            if access == Output {
+                check_injective(name, tensor.layout, p, seqlen, heads)?;
+            }
+            Ok(extent)
+        })
+        .collect()
+}
 
 /// Checks a tensor's address and strides against what the prebuilt kernels assume (16-byte
 /// alignment, strides in multiples of 8 elements; [`prebuilt::divisibility`]); its byte range.
