@@ -7,7 +7,7 @@
 use kiln_dsl::{DType, HostBuffer};
 use kiln_runtime::{Device, DeviceBuffer};
 
-use crate::attention::check::{Outputs, Report, StridedTensor};
+use crate::attention::check::{Outputs, Report, StridedTensor, Tolerance};
 use crate::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
 use crate::attention::{AttentionError, AttentionParams, Layout};
 use crate::reference::{self, Rng};
@@ -231,4 +231,79 @@ impl Problem {
         };
         Ok(got.compare(&sub, &want, false))
     }
+}
+
+/// One measured shape: its parameters, timing, and its check against f64 when asked.
+#[derive(Debug)]
+pub struct Row {
+    pub params: AttentionParams,
+    pub timing: Timing,
+    /// The failures of the checked head (empty: within every bar); `None` if not checked.
+    pub failures: Option<Vec<String>>,
+}
+
+/// Times forward and backward at the standard setup for every head dim, mask and seqlen given,
+/// each on fresh inputs from `rng`; with `check`, then compares batch entry 0, head 0 of the
+/// outputs with the f64 reference (`check::Tolerance`'s bars).
+pub fn measure(
+    device: &Device,
+    dtype: DType,
+    head_dims: &[usize],
+    seqlens: &[usize],
+    samples: usize,
+    check: bool,
+    rng: &mut Rng,
+) -> Result<Vec<Row>, AttentionError> {
+    let mut rows = Vec::new();
+    for &head_dim in head_dims {
+        for causal in [false, true] {
+            for &seqlen in seqlens {
+                let mut problem =
+                    Problem::random(device, standard(dtype, head_dim, causal, seqlen), rng)?;
+                let timing = problem.time(device, samples)?;
+                let failures = if check {
+                    let report = problem.check_head(device, 0, 0)?;
+                    Some(report.failures(Tolerance::for_dtype(dtype)))
+                } else {
+                    None
+                };
+                rows.push(Row {
+                    params: problem.params,
+                    timing,
+                    failures,
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The rows as a Markdown table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| dtype | head dim | causal | seqlen | batch x heads | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | check vs f64 |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for row in rows {
+        let p = &row.params;
+        let check = match &row.failures {
+            None => "-".to_string(),
+            Some(f) if f.is_empty() => "ok".to_string(),
+            Some(f) => format!("FAILED: {}", f.join("; ")),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} x {} | {:.3} | {:.1} | {:.3} | {:.1} | {check} |\n",
+            p.dtype,
+            p.head_dim,
+            if p.causal { "yes" } else { "no" },
+            p.seqlen_q,
+            p.batch,
+            p.heads_q,
+            row.timing.forward_ms,
+            row.timing.forward_tflops,
+            row.timing.backward_ms,
+            row.timing.backward_tflops,
+        ));
+    }
+    out
 }

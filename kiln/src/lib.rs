@@ -3,8 +3,9 @@
 //!
 //! This facade is what users depend on: `#[kiln::kernel]` writes a kernel, `#[kiln::kernel_fn]` a
 //! DSL function that kernels call (inlined when they are built), `use kiln::prelude::*`
-//! brings what a kernel's host code names, [`dsl`] is the tile IR and its CPU interpreter, and
-//! [`kernels`] holds the attention kernels and their references.
+//! brings what a kernel's host code names, [`dsl`] is the tile IR and its CPU interpreter,
+//! [`kernels`] holds the attention kernels (prebuilt for the GPU) and their references, and
+//! [`runtime`] the CUDA side (with the `jit` feature, user kernels compiled on first launch).
 //!
 //! ```
 //! use kiln::prelude::*;
@@ -16,11 +17,12 @@
 //!     store(out + offs, load(x + offs, mask) * factor, mask);
 //! }
 //!
-//! let kernel = scale::build(&Spec::new().dtype("T", F32).int("BLOCK", 16)).unwrap();
+//! let spec = Spec::new().dtype("T", F32).int("BLOCK", 16);
+//! println!("{}", scale::build(&spec).unwrap()); // the tile IR
 //! let x = HostBuffer::from_f32(F32, &[1.0, 2.0, 3.0]);
 //! let out = HostBuffer::poisoned(F32, 3);
-//! let args = [KernelArg::Buffer(&x), KernelArg::Buffer(&out), KernelArg::I32(3), KernelArg::F32(2.0)];
-//! kiln::dsl::run(&kernel, Grid::new(1, 1, 1), &args).unwrap();
+//! // Typed: `n` is an i32 and `factor` an f32; the buffers' dtypes are checked at launch.
+//! scale::launch(&Interpreter, &spec, Grid::new(1, 1, 1), &x, &out, 3, 2.0).unwrap();
 //! assert_eq!(out.to_f32(), [2.0, 4.0, 6.0]);
 //! ```
 
