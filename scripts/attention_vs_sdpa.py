@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Judges kiln's attention on the GPU against an fp32 reference and PyTorch SDPA, and times SDPA
-beside kiln. Runs on the GPU machine (PyTorch with CUDA), after `kiln-attention-gpu` (built from
-`runtime/tests/attention_gpu.rs`; `scripts/device-attention.sh` stages and runs both):
+"""Judges kiln's attention on the GPU against an fp32 reference and PyTorch SDPA. Runs on the GPU
+machine (PyTorch with CUDA), after `kiln-attention-gpu` (built from
+`runtime/tests/attention_gpu.rs`; `scripts/device-attention.sh` stages and runs both). Timing
+beside SDPA is `../shared/bench/compare.py`'s, through kiln's C interface.
 
     python3 attention_vs_sdpa.py check DIR [--json FILE]
         DIR holds one folder per case from `kiln-attention-gpu --check DIR`: case.json and raw
@@ -12,15 +13,10 @@ beside kiln. Runs on the GPU machine (PyTorch with CUDA), after `kiln-attention-
         dQ, dK, dV is at most twice as far from the reference as SDPA (+1e-3), LSE is within 1e-2
         with -inf exactly where the reference has it, and no element is left unwritten (NaN
         poison). Prints a table; exits 1 if any case fails.
-    python3 attention_vs_sdpa.py time KILN_JSON [--json FILE] [--rep N]
-        KILN_JSON is `kiln-attention-gpu --time`'s output (bf16, FlashAttention benchmark setup);
-        times SDPA's FlashAttention-2 and cuDNN backends at the same shapes in this process and
-        prints the side-by-side TFLOP/s table (forward 4 B H N^2 D, halved when causal;
-        backward 2.5x forward).
     python3 attention_vs_sdpa.py selftest
         Checks the case reader and the table on a fake case folder (no GPU, no PyTorch needed).
 
-`err`, the autograd `reference`, `sdpa_same_dtype` and `bench_ms` are copied from
+`err`, the autograd `reference` and `sdpa_same_dtype` are copied from
 `../shared/bench/compare.py` (the project's benchmark), so that both judge kiln alike.
 """
 import argparse
@@ -144,26 +140,6 @@ def sdpa_same_dtype(q, k, v, do, causal):
     return [t.transpose(1, 2) for t in (o, dq, dk, dv)]
 
 
-def bench_ms(fn, warmup=10, rep=30, inner=10):
-    """Median over `rep` samples of the mean time of `inner` back-to-back calls (hides host overhead)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rep):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) / inner)
-    times.sort()
-    return times[len(times) // 2]
-
-
-# ---- the reference in chunks ----
-
 def chunked_reference(q, k, v, do, causal, scale, rows=4096):
     """The fp32 reference of `reference`, one query head and `rows` query rows at a time (so that
     seqlen 16k needs no [heads, 16k, 16k] score tensor), with the gradients written out:
@@ -278,61 +254,8 @@ def check(args):
 
 # ---- timing ----
 
-def time_table(rows):
-    lines = ["| head dim | causal | seqlen | batch x heads | fwd kiln | fwd FA2 | fwd cuDNN "
-             "| bwd kiln | bwd FA2 | bwd cuDNN |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    f = lambda x: f"{x:.1f}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"  # noqa: E731
-    for r in rows:
-        lines.append(f"| {r['D']} | {'yes' if r['causal'] else 'no'} | {r['N']} | {r['B']} x {r['H']} "
-                     f"| {f(r.get('kiln_fwd'))} | {f(r.get('fa2_fwd'))} | {f(r.get('cudnn_fwd'))} "
-                     f"| {f(r.get('kiln_bwd'))} | {f(r.get('fa2_bwd'))} | {f(r.get('cudnn_bwd'))} |")
-    return "\n".join(lines)
-
-
-def time_sdpa(args):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    with open(args.kiln_json) as f:
-        kiln = json.load(f)
-    rows = []
-    for r in kiln["rows"]:
-        D, N, B, H, causal = r["D"], r["N"], r["B"], r["H"], r["causal"]
-        flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
-        torch.manual_seed(N)
-        # PyTorch gets its preferred layout, [batch, heads, seqlen, head_dim] contiguous.
-        qt, kt, vt, dot = [torch.randn(B, H, N, D, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
-        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-            try:
-                with sdpa_kernel(backend):
-                    qq, kk, vv = [t.detach().requires_grad_() for t in (qt, kt, vt)]
-                    fwd = lambda: F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)  # noqa: E731
-                    out = fwd()
-                    r[f"{name}_fwd"] = flops / bench_ms(fwd, args.warmup, args.rep, args.inner) / 1e9
-                    r[f"{name}_bwd"] = 2.5 * flops / bench_ms(
-                        lambda: torch.autograd.grad(out, (qq, kk, vv), dot, retain_graph=True),
-                        args.warmup, args.rep, args.inner) / 1e9
-            except Exception as e:  # noqa: BLE001
-                print(f"{name} D={D} N={N}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        rows.append(r)
-        print(f"D={D:3d} causal={int(causal)} N={N:5d} | fwd kiln {r['kiln_fwd']:6.1f} fa2 {r.get('fa2_fwd', 0):6.1f} "
-              f"cudnn {r.get('cudnn_fwd', 0):6.1f} | bwd kiln {r['kiln_bwd']:6.1f} fa2 {r.get('fa2_bwd', 0):6.1f} "
-              f"cudnn {r.get('cudnn_bwd', 0):6.1f}  (TFLOP/s)", file=sys.stderr, flush=True)
-    print(f"{torch.cuda.get_device_name()} | torch {torch.__version__} | bf16 | TFLOP/s "
-          "(forward 4 B H N^2 D, halved when causal; backward 2.5x forward)")
-    print(time_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, rows=rows), f, indent=1)
-    unwritten = sum(r.get("unwritten", 0) for r in rows)
-    if unwritten:
-        print(f"kiln left {unwritten} output elements unwritten at the timed shapes")
-    return 1 if unwritten else 0
-
-
-# ---- selftest ----
-
 def selftest(_args):
-    """The case reader, the bar and both tables on fake data: no GPU, no PyTorch."""
+    """The case reader, the bar and the table on fake data: no GPU, no PyTorch."""
     with tempfile.TemporaryDirectory() as root:
         meta = dict(name="bf16_d64_causal_b2_q3_k5_h4x2", dtype="bf16", batch=2, seqlen_q=3, seqlen_k=5,
                     heads_q=4, heads_kv=2, head_dim=64, causal=True, softmax_scale=0.125,
@@ -370,8 +293,6 @@ def selftest(_args):
     table = check_table(rows)
     assert "FAILED: no PTX" in table and "inf" in table and "fixed 1e-02" in table, table
     print(table)
-    print(time_table([dict(D=64, causal=False, N=1024, B=16, H=32, kiln_fwd=50.0, kiln_bwd=20.0, fa2_fwd=300.0,
-                           cudnn_fwd=float("nan"))]))
     print("selftest: 1 passed, 0 failed")
     return 0
 
@@ -382,12 +303,6 @@ def main():
     c = sub.add_parser("check")
     c.add_argument("dir")
     c.add_argument("--json")
-    t = sub.add_parser("time")
-    t.add_argument("kiln_json")
-    t.add_argument("--json")
-    t.add_argument("--warmup", type=int, default=5)
-    t.add_argument("--rep", type=int, default=15)
-    t.add_argument("--inner", type=int, default=5)
     sub.add_parser("selftest")
     args = ap.parse_args()
     if args.command == "selftest":
@@ -398,7 +313,7 @@ def main():
     # The reference is fp32: no TF32 in its matrix products.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    return check(args) if args.command == "check" else time_sdpa(args)
+    return check(args)
 
 
 if __name__ == "__main__":

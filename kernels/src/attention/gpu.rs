@@ -210,16 +210,26 @@ pub fn check_supported(p: &AttentionParams) -> Result<(), AttentionError> {
 }
 
 /// After [`check_supported`], the target whose PTX runs on the context's device (compute
-/// capability 8.0 or newer).
+/// capability 8.0 or newer): the newest that runs there, or `KILN_TARGET` (`sm_80` runs the
+/// portable PTX on a Hopper GPU too).
 fn supported(p: &AttentionParams, context: Context) -> Result<Target, AttentionError> {
     check_supported(p)?;
     let unsupported = |m: String| Err(AttentionError::Unsupported(m));
     let (major, minor) = context.compute_capability()?;
-    match Target::for_capability(major, minor) {
-        Some(target) => Ok(target),
-        None => unsupported(format!(
+    let Some(best) = Target::for_capability(major, minor) else {
+        return unsupported(format!(
             "compute capability {major}.{minor} (kiln's kernels need 8.0 or newer)"
+        ));
+    };
+    let Ok(asked) = std::env::var("KILN_TARGET") else {
+        return Ok(best);
+    };
+    match asked.parse::<Target>() {
+        Ok(target) if target == best || target == Target::Sm80 => Ok(target),
+        Ok(target) => unsupported(format!(
+            "KILN_TARGET={target} on compute capability {major}.{minor} (it runs {best} or sm_80)"
         )),
+        Err(e) => Err(invalid(format!("KILN_TARGET: {e}"))),
     }
 }
 
