@@ -47,4 +47,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 # The GPU test is built and linted here, and run on a GPU machine (scripts/device-gpu-tests.sh).
 cargo clippy -p kiln-runtime --all-targets --release --features gpu -- -D warnings
+# The `kiln` CLI's compiler stages, linted here and run below.
+cargo clippy -p kiln-kernels --all-targets --release --features codegen -- -D warnings
 cargo test --release --workspace
+
+# The `kiln` CLI built with kiln-codegen (LLVM): it compiles a shipped specialisation (warning if
+# that differs from the shipped PTX) and reads ptxas's resource report of one.
+kiln=(cargo run --release --quiet -p kiln-kernels --features codegen --bin kiln --)
+"${kiln[@]}" ptx attention_fwd --spec T=bf16,HEAD_DIM=128,CAUSAL=true --arch sm_80 | grep -q mma.sync
+"${kiln[@]}" resources attention_bwd_dkdv --spec T=bf16,HEAD_DIM=128 --arch sm_80 |
+    grep -q "0 bytes spill stores, 0 bytes spill loads"

@@ -1,5 +1,5 @@
-//! Every kernel kiln-kernels defines, by name, with a default specialisation: what `kiln list`
-//! and `kiln ir` read. The defaults are f16 (f32 bias for the GEMM), attention at head dim 64,
+//! Every kernel kiln-kernels defines, by name, with a default specialisation: what the `kiln`
+//! CLI lists and compiles. The defaults are f16 (f32 bias for the GEMM), attention at head dim 64,
 //! and block sizes the launchers would pick.
 
 use kiln_dsl::{DType, Kernel, KernelSignature, Spec, Target};
@@ -7,7 +7,7 @@ use kiln_dsl::{DType, Kernel, KernelSignature, Spec, Target};
 use crate::attention::{AttentionKernel, AttentionParams, backward, config, forward};
 use crate::general::{gemm, layernorm, reduce, softmax, transpose};
 
-/// One kernel: its signature, its builder and the spec `kiln ir` uses when given none.
+/// One kernel: its signature, its builder and the spec the CLI starts from when given none.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelEntry {
     pub signature: &'static KernelSignature,

@@ -1,8 +1,5 @@
-//! `kiln`: kiln's command line. `kiln demo` is kiln's main job for now (attention forward and
-//! backward on the CPU interpreter, checked against the f64 reference); `kiln list` and `kiln ir`
-//! show the kernels and their tile IR.
-
-use std::process::ExitCode;
+//! `kiln demo`: attention forward and backward on the CPU interpreter, checked against the f64
+//! reference, with the forward kernel's tile IR.
 
 use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::AttentionParams;
@@ -10,75 +7,10 @@ use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
 use kiln_kernels::reference::Rng;
 use kiln_kernels::registry;
 
-const USAGE: &str = "usage:
-  kiln demo                           attention forward + backward on the CPU interpreter, checked
-                                      against the f64 reference; prints the errors and the forward IR
-  kiln list                           the kernels and their specialisation parameters
-  kiln ir <kernel> [--spec K=V,...]   a kernel's tile IR (defaults: f16, head dim 64, causal)";
-
 /// The target whose block sizes the demo's interpreter runs use.
 const TARGET: Target = Target::Sm90a;
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("demo") => demo(),
-        Some("list") => {
-            list();
-            Ok(())
-        }
-        Some("ir") => ir(&args[1..]),
-        Some("help" | "--help" | "-h") => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        Some(other) => Err(format!("unknown command `{other}`\n{USAGE}")),
-        None => Err(USAGE.to_string()),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn list() {
-    for kernel in registry::kernels() {
-        let params: Vec<String> = kernel
-            .signature
-            .params
-            .iter()
-            .map(|p| format!("{} ({})", p.name, p.kind))
-            .collect();
-        println!("{:<28} {}", kernel.name(), params.join(", "));
-    }
-}
-
-fn ir(args: &[String]) -> Result<(), String> {
-    let name = args
-        .first()
-        .ok_or("`kiln ir` needs a kernel name (see `kiln list`)")?;
-    let kernel = registry::find(name)?;
-    let mut spec = (kernel.default_spec)();
-    match &args[1..] {
-        [] => {}
-        [flag, text] if flag == "--spec" => {
-            spec = spec.with_assignments(text, kernel.signature)?;
-        }
-        other => {
-            return Err(format!(
-                "unexpected arguments {other:?}; expected --spec K=V,..."
-            ));
-        }
-    }
-    let built = (kernel.build)(&spec).map_err(|e| e.to_string())?;
-    print!("{built}");
-    Ok(())
-}
-
-fn demo() -> Result<(), String> {
+pub fn demo() -> Result<(), String> {
     let params = AttentionParams {
         dtype: DType::BF16,
         batch: 2,
