@@ -330,3 +330,40 @@ fn a_reader_that_stops_early_is_no_error() {
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
+
+/// The main job without a GPU: the interpreter against f64, and the forward's shipped PTX with a
+/// `.loc` line traced to its DSL source line (with a GPU it goes on to the prebuilt kernels).
+#[test]
+fn the_demo_checks_the_interpreter_and_shows_ptx_with_its_source_lines() {
+    let out =
+        succeeds(kiln(&["demo"]).current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")));
+    assert!(out.contains("every output is within its bar"), "{out}");
+    assert!(
+        out.contains(".file\t1 \"kernels/src/attention/forward.rs\""),
+        "{out}"
+    );
+    assert!(out.contains("mma.sync.aligned.m16n8k16"), "{out}");
+    assert!(
+        out.contains("is kernels/src/attention/forward.rs:") && out.contains("dot("),
+        "{out}"
+    );
+    if !kiln_runtime::driver_present() {
+        assert!(out.contains("No GPU here"), "{out}");
+    }
+}
+
+#[test]
+fn bench_refuses_bad_flags_with_what_it_takes() {
+    let err = fails(&["bench", "--seqs", "0,1024"]);
+    assert!(
+        err.contains("--seqs expects positive numbers separated by commas, got `0,1024`"),
+        "{err}"
+    );
+    let err = fails(&["bench", "--dtype", "f32"]);
+    assert!(
+        err.contains("--dtype expects bf16 or f16, got `f32`"),
+        "{err}"
+    );
+    let err = fails(&["bench", "--fast"]);
+    assert!(err.contains("unknown flag `--fast`"), "{err}");
+}

@@ -1,11 +1,15 @@
-//! `kiln demo`: attention forward and backward on the CPU interpreter, checked against the f64
-//! reference, with the forward kernel's tile IR.
+//! `kiln demo`, kiln's main job: attention forward and backward on the CPU interpreter, checked
+//! against the f64 reference, and the forward kernel's shipped PTX with the `.loc` lines that
+//! lead back to its DSL source; then, where a GPU and its driver are, the prebuilt kernels at
+//! the FlashAttention benchmark setup, checked against f64, in TFLOP/s (`kiln bench` runs more
+//! shapes).
 
 use kiln_dsl::{DType, Target};
-use kiln_kernels::attention::AttentionParams;
 use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::{AttentionKernel, AttentionParams, plan, prebuilt};
+use kiln_kernels::bench;
 use kiln_kernels::reference::Rng;
-use kiln_kernels::registry;
+use kiln_runtime::Device;
 
 /// The target whose block sizes the demo's interpreter runs use.
 const TARGET: Target = Target::Sm90a;
@@ -60,20 +64,106 @@ pub fn demo() -> Result<(), String> {
     }
     println!("  ({:.2} s)\n", start.elapsed().as_secs_f64());
 
-    let fwd = registry::find("attention_fwd")?;
-    let config = params.config(TARGET).map_err(|e| e.to_string())?;
-    let spec = params.spec(config.forward);
-    let kernel = (fwd.build)(&spec).map_err(|e| e.to_string())?;
-    println!("The forward kernel's tile IR at this specialisation:\n\n{kernel}");
-
     let failures = report.failures(tolerance);
-    if failures.is_empty() {
-        println!("kiln demo: every output is within its bar");
-        Ok(())
-    } else {
-        Err(format!(
+    if !failures.is_empty() {
+        return Err(format!(
             "outputs off the reference: {}",
             failures.join("; ")
-        ))
+        ));
+    }
+    println!("kiln demo: every output is within its bar\n");
+    show_ptx(&params)?;
+    on_gpu()
+}
+
+/// The forward kernel's shipped PTX for `params` around its first `mma.sync`, with the DSL
+/// source line its `.loc` names (read from the workspace when it is there).
+fn show_ptx(params: &AttentionParams) -> Result<(), String> {
+    let name = plan::specialisation_name(AttentionKernel::Forward, params, TARGET);
+    let ptx = prebuilt::ptx(&name).ok_or_else(|| format!("kiln ships no {name}"))?;
+    let lines: Vec<&str> = ptx.text.lines().collect();
+    let files: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.trim_start().starts_with(".file"))
+        .collect();
+    let mma = lines
+        .iter()
+        .position(|l| l.contains("mma.sync"))
+        .ok_or("the forward PTX has no mma.sync")?;
+    let loc = lines[..mma]
+        .iter()
+        .rposition(|l| l.trim_start().starts_with(".loc"))
+        .ok_or("the forward PTX has no .loc line")?;
+    println!(
+        "The forward kernel's PTX as kiln ships it ({name}; `kiln ptx attention_fwd` prints all of it):\n"
+    );
+    // The `.loc` line, then the instructions that end in the mma (address arithmetic elided).
+    let tail = &lines[(mma - 2).max(loc + 1)..mma + 5];
+    for line in files
+        .iter()
+        .chain(&["\t..."])
+        .chain(&lines[loc..=loc])
+        .chain(&["\t..."])
+        .chain(tail)
+    {
+        println!("  {line}");
+    }
+    // `.loc <file> <line> <col>`: the source line, when the source is at hand.
+    let fields: Vec<&str> = lines[loc].split_whitespace().collect();
+    if let [_, file, line, ..] = fields[..] {
+        let path = files
+            .iter()
+            .find_map(|f| f.strip_prefix(&format!("\t.file\t{file} ")))
+            .map(|p| p.trim_matches('"').to_string());
+        if let (Some(path), Ok(number)) = (path, line.parse::<usize>()) {
+            if let Some(source) = std::fs::read_to_string(&path).ok().and_then(|text| {
+                text.lines()
+                    .nth(number - 1)
+                    .map(str::trim)
+                    .map(String::from)
+            }) {
+                println!("\n  .loc {file} {line} is {path}:{line}: {source}");
+            }
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// The prebuilt kernels on the GPU, when there is one: the FlashAttention setup at seqlen 2048,
+/// bf16, head dims 64 and 128, causal and not, each checked against f64 on one head.
+fn on_gpu() -> Result<(), String> {
+    let device = match Device::current_or_default() {
+        Ok(device) => device,
+        Err(e) => {
+            println!("No GPU here ({e}): on a machine with one, this runs the prebuilt kernels.");
+            return Ok(());
+        }
+    };
+    println!(
+        "The prebuilt kernels on {} at the FlashAttention benchmark setup (bf16; checking one \
+         head of each against f64 takes a few seconds):\n",
+        device.name().unwrap_or_default()
+    );
+    let rows = bench::measure(
+        &device,
+        DType::BF16,
+        &[64, 128],
+        &[2048],
+        10,
+        true,
+        &mut Rng::new(Rng::fresh_seed()),
+    )
+    .map_err(|e| e.to_string())?;
+    println!("{}", bench::table(&rows));
+    if rows
+        .iter()
+        .all(|r| r.failures.as_ref().is_some_and(Vec::is_empty))
+    {
+        println!("kiln demo: the prebuilt kernels agree with f64");
+        Ok(())
+    } else {
+        Err("the prebuilt kernels disagree with f64 (see the table)".to_string())
     }
 }

@@ -1,7 +1,8 @@
 //! `kiln`: kiln's command line.
 //!
-//! - `kiln demo`: attention forward and backward on the CPU interpreter, checked against the f64
-//!   reference ([`demo`]).
+//! - `kiln demo`, kiln's main job: attention on the CPU interpreter against f64, the forward's PTX
+//!   with its `.loc` lines, and on a GPU the prebuilt kernels checked and timed ([`demo`]).
+//! - `kiln bench`: the prebuilt kernels at the FlashAttention benchmark setup ([`bench`]).
 //! - `kiln list`: the kernels, their specialisation parameters and default specs, and the
 //!   attention specialisations kiln ships as PTX.
 //! - `kiln <stage> <kernel> [flags]`: one specialisation at one stage of the compiler, from the
@@ -10,6 +11,7 @@
 //! Without the `codegen` feature the binary links no LLVM: it prints the tile IR and the PTX kiln
 //! ships, and hands shipped PTX to ptxas; every other stage says how to rebuild with the feature.
 
+mod bench;
 mod demo;
 mod inspect;
 mod tools;
@@ -22,10 +24,13 @@ use kiln_kernels::attention::{AttentionKernel, prebuilt};
 use kiln_kernels::registry::{self, KernelEntry};
 
 const USAGE: &str = "usage:
-  kiln demo       attention forward + backward on the CPU interpreter, checked against the
-                  f64 reference; prints the errors and the forward IR
+  kiln demo       kiln's main job: attention forward + backward on the CPU interpreter,
+                  checked against f64, and the forward's PTX with its .loc lines; with a GPU,
+                  the prebuilt kernels at the benchmark setup, checked, in TFLOP/s
   kiln list       the kernels, their specialisation parameters and default specs, and the
                   attention specialisations kiln ships
+  kiln bench      the prebuilt attention kernels on this GPU at the FlashAttention setup:
+                  [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...] [--samples N] [--check]
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
                         [--divisibility ARG=N,...]
                   one specialisation of a kernel at one stage:
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::demo(),
+        Some("bench") => bench::run(&args[1..]),
         Some("list") => emit(&list()),
         Some("help" | "--help" | "-h") => emit(&format!("{USAGE}\n")),
         Some(command) => match inspect::Show::from_name(command) {

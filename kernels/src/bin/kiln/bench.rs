@@ -1,0 +1,78 @@
+//! `kiln bench`: the prebuilt attention kernels on this machine's GPU at the FlashAttention
+//! benchmark setup (`kiln_kernels::bench`), as a Markdown table of TFLOP/s; `--check` also
+//! compares one head of each shape with the f64 reference.
+
+use kiln_dsl::DType;
+use kiln_kernels::bench;
+use kiln_kernels::reference::Rng;
+use kiln_runtime::Device;
+
+pub const USAGE: &str = "kiln bench [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...,16384]
+                 [--samples N] [--check]";
+
+/// A comma-separated list of positive numbers.
+fn numbers(flag: &str, text: &str) -> Result<Vec<usize>, String> {
+    text.split(',')
+        .map(|n| match n.trim().parse() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!(
+                "{flag} expects positive numbers separated by commas, got `{text}`"
+            )),
+        })
+        .collect()
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut dtype = DType::BF16;
+    let mut head_dims = vec![64, 128];
+    let mut seqlens = vec![1024, 2048, 4096, 8192, 16384];
+    let mut samples = 20;
+    let mut check = false;
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| format!("{flag} expects a value\nusage: {USAGE}"))
+        };
+        match flag.as_str() {
+            "--dtype" => {
+                dtype = match value()?.as_str() {
+                    "bf16" => DType::BF16,
+                    "f16" => DType::F16,
+                    other => return Err(format!("--dtype expects bf16 or f16, got `{other}`")),
+                }
+            }
+            "--head-dims" => head_dims = numbers(flag, value()?)?,
+            "--seqs" => seqlens = numbers(flag, value()?)?,
+            "--samples" => samples = numbers(flag, value()?)?[0],
+            "--check" => check = true,
+            other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
+        }
+    }
+    let device = Device::current_or_default().map_err(|e| e.to_string())?;
+    eprintln!(
+        "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, median of \
+         {samples} launches; TFLOP/s with the FlashAttention convention",
+        device.name().unwrap_or_default()
+    );
+    let rows = bench::measure(
+        &device,
+        dtype,
+        &head_dims,
+        &seqlens,
+        samples,
+        check,
+        &mut Rng::new(Rng::fresh_seed()),
+    )
+    .map_err(|e| e.to_string())?;
+    print!("{}", bench::table(&rows));
+    let failed = rows
+        .iter()
+        .filter(|r| r.failures.as_ref().is_some_and(|f| !f.is_empty()))
+        .count();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("{failed} shapes disagree with f64"))
+    }
+}
