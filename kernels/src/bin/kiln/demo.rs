@@ -116,15 +116,15 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
             .iter()
             .find_map(|f| f.strip_prefix(&format!("\t.file\t{file} ")))
             .map(|p| p.trim_matches('"').to_string());
-        if let (Some(path), Ok(number)) = (path, line.parse::<usize>()) {
-            if let Some(source) = std::fs::read_to_string(&path).ok().and_then(|text| {
-                text.lines()
-                    .nth(number - 1)
-                    .map(str::trim)
-                    .map(String::from)
-            }) {
-                println!("\n  .loc {file} {line} is {path}:{line}: {source}");
-            }
+        let source = path
+            .as_ref()
+            .zip(line.parse::<usize>().ok())
+            .and_then(|(path, n)| {
+                let text = std::fs::read_to_string(path).ok()?;
+                Some(text.lines().nth(n.checked_sub(1)?)?.trim().to_string())
+            });
+        if let (Some(path), Some(source)) = (path, source) {
+            println!("\n  .loc {file} {line} is {path}:{line}: {source}");
         }
     }
     println!();
