@@ -7,9 +7,9 @@
 use std::sync::LazyLock;
 
 use kiln_dsl::{DType, Target};
-use kiln_runtime::{
-    Context, Device, DeviceBuffer, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
-};
+use kiln_runtime::{Context, ModuleCache, ModuleSource, ParamType, RawArg, RawStream};
+// The device and its buffers, as the safe API takes them.
+pub use kiln_runtime::{Device, DeviceBuffer};
 
 use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
 use super::{AttentionError, AttentionParams, Layout, invalid, prebuilt};
@@ -504,10 +504,8 @@ fn bound_rows(
 /// `lse` (`[batch, heads_q, seqlen_q]` f32). Queued, not waited for.
 ///
 /// ```no_run
-/// use kiln_dsl::DType;
-/// use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut};
-/// use kiln_kernels::attention::{AttentionParams, Layout};
-/// use kiln_runtime::Device;
+/// use kiln_kernels::attention::gpu::{self, Device, DeviceTensor, DeviceTensorMut};
+/// use kiln_kernels::attention::{AttentionParams, DType, Layout};
 ///
 /// let device = Device::current_or_default()?;
 /// let p = AttentionParams {
@@ -568,10 +566,8 @@ pub fn forward(
 /// kernels make it bitwise the same on every run. Queued, not waited for.
 ///
 /// ```no_run
-/// use kiln_dsl::DType;
-/// use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
-/// use kiln_kernels::attention::{AttentionParams, Layout};
-/// use kiln_runtime::Device;
+/// use kiln_kernels::attention::gpu::{self, Device, DeviceTensor, DeviceTensorMut, Gradients};
+/// use kiln_kernels::attention::{AttentionParams, DType, Layout};
 ///
 /// let device = Device::current_or_default()?;
 /// let p = AttentionParams {

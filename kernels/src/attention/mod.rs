@@ -18,9 +18,11 @@ pub mod prebuilt;
 
 use std::fmt;
 
-use kiln_dsl::{DType, HostBuffer, Spec, Target};
+use kiln_dsl::{HostBuffer, Spec, Target};
 
 pub use config::{AttentionConfig, HEAD_DIMS, KernelConfig, config};
+// What a call names, so that a caller needs no other kiln crate.
+pub use kiln_dsl::DType;
 pub use plan::AttentionKernel;
 
 /// What an attention call computes.
