@@ -245,6 +245,18 @@ pub struct Row {
 /// Times forward and backward at the standard setup for every head dim, mask and seqlen given,
 /// each on fresh inputs from `rng`; with `check`, then compares batch entry 0, head 0 of the
 /// outputs with the f64 reference (`check::Tolerance`'s bars).
+///
+/// ```no_run
+/// use kiln_kernels::attention::DType;
+/// use kiln_kernels::attention::gpu::Device;
+/// use kiln_kernels::bench;
+/// use kiln_kernels::reference::Rng;
+///
+/// let device = Device::current_or_default()?;
+/// let rows = bench::measure(&device, DType::BF16, &[128], &[4096], 20, true, &mut Rng::new(7))?;
+/// print!("{}", bench::table(&rows));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn measure(
     device: &Device,
     dtype: DType,

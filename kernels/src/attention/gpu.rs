@@ -54,6 +54,23 @@ pub struct BackwardAddresses {
 
 /// Device memory the backward pass needs beside its outputs: the f32 `delta = rowsum(dO * O)`
 /// of every query row, `[batch, heads_q, seqlen_q]`.
+///
+/// ```
+/// use kiln_kernels::attention::{AttentionParams, DType, gpu};
+///
+/// let p = AttentionParams {
+///     dtype: DType::F16,
+///     batch: 2,
+///     seqlen_q: 100,
+///     seqlen_k: 100,
+///     heads_q: 8,
+///     heads_kv: 8,
+///     head_dim: 64,
+///     causal: false,
+///     softmax_scale: 0.125,
+/// };
+/// assert_eq!(gpu::workspace_bytes(&p), 2 * 8 * 100 * 4);
+/// ```
 pub fn workspace_bytes(p: &AttentionParams) -> usize {
     p.lse_len() * DType::F32.size_bytes()
 }
@@ -81,6 +98,41 @@ pub fn check_forward(p: &AttentionParams, at: &ForwardAddresses) -> Result<(), A
 /// # Safety
 /// Every address must point to device memory of `context` holding every element the sizes and
 /// strides address (the C interface's contract: it cannot know allocations' lengths).
+///
+/// ```no_run
+/// use kiln_kernels::attention::gpu::{self, Device, ForwardAddresses, RawTensor};
+/// use kiln_kernels::attention::{AttentionParams, DType, Layout};
+///
+/// // Memory kiln did not allocate, as a framework hands it over: addresses and strides.
+/// let device = Device::current_or_default()?;
+/// let p = AttentionParams {
+///     dtype: DType::BF16,
+///     batch: 1,
+///     seqlen_q: 256,
+///     seqlen_k: 256,
+///     heads_q: 4,
+///     heads_kv: 4,
+///     head_dim: 64,
+///     causal: true,
+///     softmax_scale: 0.125,
+/// };
+/// let layout = Layout::contiguous(256, 4, 64);
+/// let qkv = device.filled(DType::BF16, 256 * 4 * 64, 0)?;
+/// let o = device.filled(DType::BF16, 256 * 4 * 64, 0)?;
+/// let lse = device.filled(DType::F32, p.lse_len(), 0)?;
+/// let tensor = |address| RawTensor { address, layout };
+/// let at = ForwardAddresses {
+///     q: tensor(qkv.device_address(&device)),
+///     k: tensor(qkv.device_address(&device)),
+///     v: tensor(qkv.device_address(&device)),
+///     o: tensor(o.device_address(&device)),
+///     lse: lse.device_address(&device),
+/// };
+/// // Safety: each buffer holds what its shape and strides address.
+/// unsafe { gpu::launch_forward(device.context(), device.raw_stream(), &p, &at) }?;
+/// device.synchronize()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub unsafe fn launch_forward(
     context: Context,
     stream: RawStream,

@@ -18,14 +18,36 @@ pub mod prebuilt;
 
 use std::fmt;
 
-use kiln_dsl::{HostBuffer, Spec, Target};
+use kiln_dsl::{HostBuffer, Spec};
 
 pub use config::{AttentionConfig, HEAD_DIMS, KernelConfig, config};
 // What a call names, so that a caller needs no other kiln crate.
-pub use kiln_dsl::DType;
+pub use kiln_dsl::{DType, Target};
 pub use plan::AttentionKernel;
 
 /// What an attention call computes.
+///
+/// ```
+/// use kiln_kernels::attention::{AttentionParams, DType, Target};
+///
+/// let p = AttentionParams {
+///     dtype: DType::BF16,
+///     batch: 2,
+///     seqlen_q: 1000,
+///     seqlen_k: 1500,
+///     heads_q: 16,
+///     heads_kv: 4, // GQA: 4 query heads per kv head
+///     head_dim: 128,
+///     causal: true,
+///     softmax_scale: AttentionParams::default_scale(128),
+/// };
+/// p.validate()?;
+/// // The block sizes, warps and stages each kernel runs with on a Hopper GPU.
+/// let config = p.config(Target::Sm90a)?;
+/// assert_eq!((config.forward.block_m, config.forward.num_warps), (128, 8));
+/// assert!(AttentionParams { heads_q: 6, ..p }.validate().is_err());
+/// # Ok::<(), kiln_kernels::attention::AttentionError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionParams {
     pub dtype: DType,
@@ -190,6 +212,17 @@ pub struct Layout {
 
 impl Layout {
     /// The packed layout of a `[batch, seqlen, heads, head_dim]` tensor.
+    ///
+    /// ```
+    /// use kiln_kernels::attention::Layout;
+    ///
+    /// let packed = Layout::contiguous(1000, 8, 64);
+    /// assert_eq!((packed.batch_stride, packed.seq_stride, packed.head_stride), (512_000, 512, 64));
+    /// // PyTorch's `[batch, heads, seqlen, head_dim]` memory, read as `[batch, seqlen, heads, ..]`:
+    /// let heads_major = Layout { batch_stride: 512_000, seq_stride: 64, head_stride: 64_000 };
+    /// assert_eq!(heads_major.required_len("q", 1, 1000, 8, 64)?, 512_000);
+    /// # Ok::<(), kiln_kernels::attention::AttentionError>(())
+    /// ```
     pub fn contiguous(seqlen: usize, heads: usize, head_dim: usize) -> Layout {
         Layout {
             batch_stride: (seqlen * heads * head_dim) as i64,
