@@ -4,28 +4,33 @@
 //! writes every stage), and stays loaded for the process. [`Jit`] is a [`Launcher`], so a
 //! kernel's typed `launch` runs on the GPU with it and on the CPU with kiln-dsl's interpreter.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kiln_codegen::CompileOptions;
 use kiln_codegen::cache::{self, CachedPtx};
 use kiln_dsl::{Arg, Grid, KernelDef, Launcher, Spec, Target};
 
-use crate::{Device, DeviceBuffer, Function, LaunchConfig, ParamType, RuntimeError};
+use crate::launch::check_args;
+use crate::{
+    Device, DeviceBuffer, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
+    RuntimeError,
+};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
-/// Compiles kernels for one device on first launch and launches them on its stream.
+/// Compiles kernels for one device on first launch and launches them on a stream of its
+/// context: the device's own, or one the caller gives ([`Jit::with_stream`]).
 #[derive(Debug)]
 pub struct Jit {
     device: Device,
+    stream: RawStream,
     target: Target,
     num_warps: u32,
     num_stages: u32,
     cache_dir: Option<PathBuf>,
     dump_dir: Option<PathBuf>,
-    loaded: Mutex<HashMap<String, Arc<(Function, u32)>>>,
+    loaded: ModuleCache,
 }
 
 impl Jit {
@@ -46,14 +51,25 @@ impl Jit {
             ),
         })?;
         Ok(Jit {
+            stream: device.raw_stream(),
             device,
             target,
             num_warps: 4,
             num_stages: 1,
             cache_dir: cache::default_dir(),
             dump_dir: cache::dump_dir(),
-            loaded: Mutex::default(),
+            loaded: ModuleCache::new(),
         })
+    }
+
+    /// The same JIT launching on `stream` (a `CUstream` of the device's context, such as
+    /// PyTorch's current stream; null is the legacy default stream).
+    ///
+    /// # Safety
+    /// `stream` must stay a valid stream of this device's primary context while the JIT launches
+    /// on it.
+    pub unsafe fn with_stream(self, stream: RawStream) -> Jit {
+        Jit { stream, ..self }
     }
 
     /// The same JIT compiling with `num_warps` warps per program and `num_stages` pipeline
@@ -96,13 +112,11 @@ impl Jit {
         .map_err(|e| RuntimeError::Compile(e.to_string()))
     }
 
-    /// The loaded function of `kernel` at `spec` and the dynamic shared memory it needs.
-    fn function(&self, kernel: &KernelDef, spec: &Spec) -> Result<Arc<(Function, u32)>> {
-        let key = format!("{}{spec:?}", kernel.signature.name);
-        // A poisoned lock only means a panic elsewhere; the map holds whole entries only.
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = loaded.get(&key) {
-            return Ok(entry.clone());
+    /// The loaded kernel of `kernel` at `spec`, compiled and loaded on first use.
+    fn kernel(&self, kernel: &KernelDef, spec: &Spec) -> Result<Arc<LoadedKernel>> {
+        let name = format!("{}{spec:?}", kernel.signature.name);
+        if let Some(loaded) = self.loaded.get(self.device.context(), &name) {
+            return Ok(loaded);
         }
         let compiled = self.compile(kernel, spec)?;
         let params = ParamType::of_signature(kernel.signature, spec).ok_or_else(|| {
@@ -111,16 +125,16 @@ impl Jit {
                 kernel.signature.name
             ))
         })?;
-        let module = self
-            .device
-            .load_module(kernel.signature.name, &compiled.ptx)?;
-        let function = module.function(kernel.signature.name, params)?;
-        if compiled.shared_bytes > 0 {
-            function.set_max_dynamic_shared_bytes(compiled.shared_bytes)?;
-        }
-        let entry = Arc::new((function, compiled.shared_bytes));
-        loaded.insert(key, entry.clone());
-        Ok(entry)
+        self.loaded.get_or_load(
+            self.device.context(),
+            ModuleSource {
+                name: &name,
+                ptx: &compiled.ptx,
+                entry: kernel.signature.name,
+                params: &params,
+                shared_bytes: compiled.shared_bytes,
+            },
+        )
     }
 }
 
@@ -137,12 +151,20 @@ impl Launcher for Jit {
         grid: Grid,
         args: &[Arg<'_, DeviceBuffer>],
     ) -> Result<()> {
-        let entry = self.function(kernel, spec)?;
-        let (function, shared_bytes) = &*entry;
-        let config =
-            LaunchConfig::new(grid.0, self.num_warps * 32).with_dynamic_shared_bytes(*shared_bytes);
+        let loaded = self.kernel(kernel, spec)?;
+        check_args(kernel.signature.name, loaded.params(), args)?;
+        let args: Vec<RawArg> = args
+            .iter()
+            .map(|arg| match *arg {
+                Arg::Buffer(buffer) => RawArg::Ptr(buffer.device_address(&self.device)),
+                Arg::I32(v) => RawArg::I32(v),
+                Arg::I64(v) => RawArg::I64(v),
+                Arg::F32(v) => RawArg::F32(v),
+            })
+            .collect();
         // Safety: the arguments are checked against the kernel's parameters; that its accesses
-        // stay within the buffers is what `Jit::new`'s caller vouched for.
-        unsafe { self.device.launch(function, config, args) }
+        // stay within the buffers is what `Jit::new`'s caller vouched for, and the stream is the
+        // device's or one `with_stream`'s caller vouched for.
+        unsafe { loaded.launch(self.stream, grid.0, self.num_warps * 32, &args) }
     }
 }

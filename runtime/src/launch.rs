@@ -96,7 +96,7 @@ impl Device {
         config: LaunchConfig,
         args: &[LaunchArg<'_>],
     ) -> Result<()> {
-        check_args(function, args)?;
+        check_args(&function.name, &function.params, args)?;
         // The driver reads each argument through a pointer to it: the scalars are read where
         // `args` holds them, which outlives the launch call.
         let mut launch = self.stream.launch_builder(&function.function);
@@ -123,19 +123,21 @@ impl Device {
     }
 }
 
-fn check_args(function: &Function, args: &[LaunchArg<'_>]) -> Result<()> {
+/// Matches `args` against a kernel's parameters: count, buffers of the pointee's dtype, scalars of
+/// the parameter's type.
+pub(crate) fn check_args(kernel: &str, params: &[ParamType], args: &[LaunchArg<'_>]) -> Result<()> {
     let error = |message: String| RuntimeError::Launch {
-        kernel: function.name.clone(),
+        kernel: kernel.to_string(),
         message,
     };
-    if args.len() != function.params.len() {
+    if args.len() != params.len() {
         return Err(error(format!(
             "it takes {} arguments, got {}",
-            function.params.len(),
+            params.len(),
             args.len()
         )));
     }
-    for (i, (arg, param)) in args.iter().zip(&function.params).enumerate() {
+    for (i, (arg, param)) in args.iter().zip(params).enumerate() {
         let fits = match (arg, param) {
             (LaunchArg::Buffer(buffer), ParamType::Ptr(dtype)) => buffer.dtype() == *dtype,
             (LaunchArg::I32(_), ParamType::Scalar(DType::I32))

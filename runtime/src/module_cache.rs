@@ -53,6 +53,12 @@ impl ModuleCache {
         ModuleCache::default()
     }
 
+    /// The kernel called `name` in `context`, if loaded.
+    pub fn get(&self, context: Context, name: &str) -> Option<Arc<LoadedKernel>> {
+        let loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.get(&(context, name.to_string())).cloned()
+    }
+
     /// The kernel of `source` in `context`, loading its module on first use.
     pub fn get_or_load(
         &self,
@@ -144,6 +150,11 @@ pub enum RawArg {
 impl LoadedKernel {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The parameters every launch is checked against.
+    pub fn params(&self) -> &[ParamType] {
+        &self.params
     }
 
     /// Queues the kernel on `stream` (of this kernel's context; null: the legacy default
