@@ -57,15 +57,7 @@ fn run() -> Result<bool, AttentionError> {
             failures.push("the backward's second run gave other bits".to_string());
         }
         println!(
-            "{:6} b{} q{:5} k{:5} h{}/{} d{:3} causal {:5} {:?}: o {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}  {}",
-            p.dtype.name(),
-            p.batch,
-            p.seqlen_q,
-            p.seqlen_k,
-            p.heads_q,
-            p.heads_kv,
-            p.head_dim,
-            p.causal,
+            "{p}, {:?}: o {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}  {}",
             c.layout,
             report.o,
             report.lse,

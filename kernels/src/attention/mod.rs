@@ -108,6 +108,25 @@ fn invalid(message: String) -> AttentionError {
     AttentionError::InvalidArgument(message)
 }
 
+/// `bf16 batch 2 seqlen_q 200 seqlen_k 173 heads 4/2 head_dim 64 causal scale 0.125`.
+impl fmt::Display for AttentionParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} batch {} seqlen_q {} seqlen_k {} heads {}/{} head_dim {} {} scale {}",
+            self.dtype,
+            self.batch,
+            self.seqlen_q,
+            self.seqlen_k,
+            self.heads_q,
+            self.heads_kv,
+            self.head_dim,
+            if self.causal { "causal" } else { "full" },
+            self.softmax_scale
+        )
+    }
+}
+
 impl AttentionParams {
     /// Query heads per kv head.
     pub fn group(&self) -> usize {

@@ -65,7 +65,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         &mut Rng::new(Rng::fresh_seed()),
     )
     .map_err(|e| e.to_string())?;
-    print!("{}", bench::table(&rows));
+    crate::emit(&bench::table(&rows))?;
     let failed = rows
         .iter()
         .filter(|r| r.failures.as_ref().is_some_and(|f| !f.is_empty()))

@@ -11,6 +11,8 @@ use kiln_kernels::bench;
 use kiln_kernels::reference::Rng;
 use kiln_runtime::Device;
 
+use crate::say;
+
 /// The target whose block sizes the demo's interpreter runs use.
 const TARGET: Target = Target::Sm90a;
 
@@ -27,16 +29,8 @@ pub fn demo() -> Result<(), String> {
         softmax_scale: AttentionParams::default_scale(64),
     };
     let seed = Rng::fresh_seed();
-    println!(
-        "kiln demo: attention forward + backward on the CPU interpreter\n  {} batch {} seqlen_q {} seqlen_k {} heads {}/{} head_dim {} causal {} (seed {seed})\n",
-        params.dtype,
-        params.batch,
-        params.seqlen_q,
-        params.seqlen_k,
-        params.heads_q,
-        params.heads_kv,
-        params.head_dim,
-        params.causal
+    say!(
+        "kiln demo: attention forward + backward on the CPU interpreter\n  {params} (seed {seed})\n"
     );
     let start = std::time::Instant::now();
     let report = run_on_interpreter(
@@ -49,7 +43,7 @@ pub fn demo() -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let tolerance = Tolerance::for_dtype(params.dtype);
     let [dq_terms, dk_terms, dv_terms] = report.conditioned;
-    println!("  output                 worst-row error vs f64   bar");
+    say!("  output                 worst-row error vs f64   bar");
     for (name, err, bar) in [
         ("O", report.o, tolerance.o),
         ("LSE", report.lse, tolerance.lse),
@@ -60,9 +54,9 @@ pub fn demo() -> Result<(), String> {
         ("dK against its terms", dk_terms, tolerance.grad_terms),
         ("dV against its terms", dv_terms, tolerance.grad_terms),
     ] {
-        println!("  {name:<22} {err:<24.3e} {bar:.1e}");
+        say!("  {name:<22} {err:<24.3e} {bar:.1e}");
     }
-    println!("  ({:.2} s)\n", start.elapsed().as_secs_f64());
+    say!("  ({:.2} s)\n", start.elapsed().as_secs_f64());
 
     let failures = report.failures(tolerance);
     if !failures.is_empty() {
@@ -71,7 +65,7 @@ pub fn demo() -> Result<(), String> {
             failures.join("; ")
         ));
     }
-    println!("kiln demo: every output is within its bar\n");
+    say!("kiln demo: every output is within its bar\n");
     show_ptx(&params)?;
     on_gpu()
 }
@@ -95,7 +89,7 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
         .iter()
         .rposition(|l| l.trim_start().starts_with(".loc"))
         .ok_or("the forward PTX has no .loc line")?;
-    println!(
+    say!(
         "The forward kernel's PTX as kiln ships it ({name}; `kiln ptx attention_fwd` prints all of it):\n"
     );
     // The `.loc` line, then the instructions that end in the mma (address arithmetic elided).
@@ -107,7 +101,7 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
         .chain(&["\t..."])
         .chain(tail)
     {
-        println!("  {line}");
+        say!("  {line}");
     }
     // `.loc <file> <line> <col>`: the source line, when the source is at hand.
     let fields: Vec<&str> = lines[loc].split_whitespace().collect();
@@ -124,10 +118,10 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
                 Some(text.lines().nth(n.checked_sub(1)?)?.trim().to_string())
             });
         if let (Some(path), Some(source)) = (path, source) {
-            println!("\n  .loc {file} {line} is {path}:{line}: {source}");
+            say!("\n  .loc {file} {line} is {path}:{line}: {source}");
         }
     }
-    println!();
+    say!();
     Ok(())
 }
 
@@ -137,11 +131,11 @@ fn on_gpu() -> Result<(), String> {
     let device = match Device::current_or_default() {
         Ok(device) => device,
         Err(e) => {
-            println!("No GPU here ({e}): on a machine with one, this runs the prebuilt kernels.");
+            say!("No GPU here ({e}): on a machine with one, this runs the prebuilt kernels.");
             return Ok(());
         }
     };
-    println!(
+    say!(
         "The prebuilt kernels on {} at the FlashAttention benchmark setup (bf16; checking one \
          head of each against f64 takes a few seconds):\n",
         device.name().unwrap_or_default()
@@ -156,12 +150,12 @@ fn on_gpu() -> Result<(), String> {
         &mut Rng::new(Rng::fresh_seed()),
     )
     .map_err(|e| e.to_string())?;
-    println!("{}", bench::table(&rows));
+    say!("{}", bench::table(&rows));
     if rows
         .iter()
         .all(|r| r.failures.as_ref().is_some_and(Vec::is_empty))
     {
-        println!("kiln demo: the prebuilt kernels agree with f64");
+        say!("kiln demo: the prebuilt kernels agree with f64");
         Ok(())
     } else {
         Err("the prebuilt kernels disagree with f64 (see the table)".to_string())

@@ -73,6 +73,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// `println!` for the commands: through [`emit`], so that a reader that stops early is no
+/// panic; the enclosing function returns the error of any other failed write.
+macro_rules! say {
+    () => {
+        crate::emit("\n")?
+    };
+    ($($arg:tt)*) => {
+        crate::emit(&format!("{}\n", format_args!($($arg)*)))?
+    };
+}
+pub(crate) use say;
+
 /// Writes `text` to stdout; a reader that stops early (`kiln ptx ... | head`) is no error.
 fn emit(text: &str) -> Result<(), String> {
     let mut out = std::io::stdout().lock();
