@@ -582,10 +582,10 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (128 x 128), and two buffers each of K and V (64 x 128), bf16.
+    // Q (64 x 128), and two buffers each of K and V (64 x 128), bf16.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (128 + 2 * (64 + 64)) * 128 * 2
+        (64 + 2 * (64 + 64)) * 128 * 2
     );
     assert!(
         compiled

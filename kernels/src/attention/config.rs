@@ -9,16 +9,19 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | both | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_90a | 128 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 128 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
+//! | sm_90a | 128 | 64 x 64, 4, 2 | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 128 | 64 x 64, 4, 2 | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
 //! | both | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
-//! Forward blocks follow FlashAttention-2's sm_80 choices; head dim 256 halves them to keep a
-//! program's tiles in registers. Warps: 8 where 4 warps' registers cannot hold the accumulators
-//! without spilling (the forward's 128-row O at head dim 128; dK/dV's two accumulators), else 4,
-//! which keeps every warp along M so that dQ's `dS @ K` takes dS from registers; dQ at head dim
-//! 128 takes 8 (dS then goes through shared memory) because 4 warps sit at 255 registers and
-//! spill once pipelined. Stages are kiln-codegen's `CompileOptions::num_stages` for the
+//! Forward blocks follow FlashAttention-2's sm_80 choices at head dims 32 and 64; head dim 256
+//! halves them to keep a program's tiles in registers. At head dim 128 a 128-row block needs 8
+//! warps (4 spill 1.5 KB: kiln keeps Q's fragments in registers for the whole loop), and one
+//! 8-warp block per SM stalls all its warps at each barrier; 64-row blocks of 4 warps run two
+//! blocks per SM (255 registers, 80 KB of shared memory each) and measured 6-14% faster on an
+//! H200 (docs/PERF.md). Warps elsewhere: 8 where 4 warps' registers cannot hold the
+//! accumulators without spilling (dK/dV's two), else 4, which keeps every warp along M so that
+//! dQ's `dS @ K` takes dS from registers; dQ at head dim 128 takes 8 (dS then goes through shared
+//! memory) because 4 warps sit at 255 registers and spill once pipelined. Stages are kiln-codegen's `CompileOptions::num_stages` for the
 //! kernel's streaming loop: shared buffers per streamed tile, one tile in flight with
 //! `cp.async` while the program computes on another (FlashAttention-2's double buffering).
 //!
@@ -97,7 +100,7 @@ pub fn config(head_dim: usize, target: Target) -> Option<AttentionConfig> {
             dkdv: KernelConfig::new(64, 64, 8, 2),
         }),
         128 => Some(AttentionConfig {
-            forward: KernelConfig::new(128, 64, 8, 2),
+            forward: KernelConfig::new(64, 64, 4, 2),
             preprocess,
             dq: KernelConfig::new(64, 64, 8, 2),
             dkdv: match target {
