@@ -217,7 +217,7 @@ fn null_arguments_are_refused() {
 
 #[test]
 fn bad_config_fields_are_named_with_their_values() {
-    let cases: [(Edit, &str); 11] = [
+    let cases: [(Edit, &str); 12] = [
         (
             |c| c.dtype = 7,
             "cfg.dtype must be KILN_F16 (0) or KILN_BF16 (1), got 7",
@@ -249,6 +249,10 @@ fn bad_config_fields_are_named_with_their_values() {
         (
             |c| c.flags = 0x8000_0001,
             "cfg.flags has unknown bits 0x80000000",
+        ),
+        (
+            |c| (c.batch, c.heads_q, c.heads_kv, c.seqlen_q) = (i32::MAX, i32::MAX, 1, i32::MAX),
+            "batch * heads_q * seqlen_q must stay below 2^31, got 2147483647 * 2147483647 * 2147483647",
         ),
     ];
     for (break_it, text) in cases {

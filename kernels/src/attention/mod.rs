@@ -185,10 +185,16 @@ impl AttentionParams {
                 self.softmax_scale
             )));
         }
-        let lse_rows = self.batch * self.heads_q * self.seqlen_q;
-        if lse_rows > i32::MAX as usize {
+        // Checked: three factors below 2^31 can overflow 64 bits.
+        let lse_rows = self
+            .batch
+            .checked_mul(self.heads_q)
+            .and_then(|n| n.checked_mul(self.seqlen_q))
+            .filter(|&n| n <= i32::MAX as usize);
+        if lse_rows.is_none() {
             return Err(invalid(format!(
-                "batch * heads_q * seqlen_q must stay below 2^31, got {lse_rows}"
+                "batch * heads_q * seqlen_q must stay below 2^31, got {} * {} * {}",
+                self.batch, self.heads_q, self.seqlen_q
             )));
         }
         Ok(())
