@@ -15,7 +15,8 @@
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices at head dims 32 and 64; head dim 256
 //! halves them to keep a program's tiles in registers. At head dim 128 a 128-row block needs 8
-//! warps (4 spill 1.5 KB: kiln keeps Q's fragments in registers for the whole loop), and one
+//! warps (with 4, 32 query rows per warp, ptxas spills 1.5 KB where FlashAttention-2 fits the same
+//! tile in 255 registers: where kiln's extra live registers come from is not yet measured), and one
 //! 8-warp block per SM stalls all its warps at each barrier; 64-row blocks of 4 warps run two
 //! blocks per SM (255 registers, 80 KB of shared memory each) and measured 6-14% faster on an
 //! H200 (docs/PERF.md). Warps elsewhere: 8 where 4 warps' registers cannot hold the
