@@ -8,11 +8,11 @@
 //! - [`attention`]: FlashAttention forward and the split backward (preprocess, dQ, dK/dV), their
 //!   configuration table per target, call validation, the interpreter launches, the prebuilt PTX
 //!   and the GPU API ([`attention::gpu`]).
-//! - [`bench`]: the GPU benchmark at the FlashAttention setup, with a check against f64.
+//! - [`mod@bench`]: the GPU benchmark at the FlashAttention setup, with a check against f64.
 //! - [`capi`]: the C interface (`libkiln_kernels.so` / `.a`, header `kernels/include/kiln.h`).
 //! - [`general`]: tile kernels that are not attention (GEMM + bias + GELU, row softmax, layernorm,
 //!   column sums, transpose), proof that the DSL is a general tile language.
-//! - [`reference`]: f64 references, the seeded random source and the per-row error metric.
+//! - [`mod@reference`]: f64 references, the seeded random source and the per-row error metric.
 
 pub mod attention;
 pub mod bench;

@@ -29,7 +29,7 @@
 pub use kiln_dsl as dsl;
 pub use kiln_dsl::{kernel, kernel_fn};
 pub use kiln_kernels as kernels;
-/// Devices, buffers and launches; with the `jit` feature, [`runtime::jit::Jit`] compiles user
+/// Devices, buffers and launches; with the `jit` feature, `runtime::jit::Jit` compiles user
 /// kernels for the GPU on first launch.
 pub use kiln_runtime as runtime;
 

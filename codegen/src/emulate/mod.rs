@@ -1,5 +1,5 @@
 //! The emulator: runs a thread program ([`crate::thread`]) for a whole grid on the CPU, on the
-//! interpreter's [`HostBuffer`]s, the way the GPU runs the PTX translated from it. No LLVM is
+//! interpreter's [`HostBuffer`](kiln_dsl::HostBuffer)s, the way the GPU runs the PTX translated from it. No LLVM is
 //! involved: what it runs is the program the llir stage translates op for op.
 //!
 //! How it models the GPU:

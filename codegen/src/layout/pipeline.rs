@@ -16,7 +16,7 @@
 //! iteration `i + S - 1` into the buffer iteration `i - 1` read, then computes on buffer
 //! `i % S` while those copies fly. Rows outside the array, and iterations past the loop's end,
 //! copy zero source bytes (`src_size = 0`: zero-filled, nothing read). The thread stage
-//! ([`crate::thread::lower`]) emits that; this pass only decides, and drops the staging of
+//! ([`mod@crate::thread::lower`]) emits that; this pass only decides, and drops the staging of
 //! each pipelined load.
 
 use std::collections::BTreeMap;

@@ -26,7 +26,7 @@
 //!
 //! - A pipelined loop's buffers are written only by `cp.async` copies, which land at a
 //!   `cp.async.wait_group` of their thread; the loop's own wait and barrier at the top of each
-//!   iteration order them with the reads ([`lower`]'s `pipeline` module), not the tracking above.
+//!   iteration order them with the reads ([`mod@lower`]'s `pipeline` module), not the tracking above.
 
 mod ir;
 pub mod lower;

@@ -1,7 +1,7 @@
 //! The builder: what `#[kiln::kernel]` expands a kernel body into.
 //!
 //! Each DSL construct is one builder call taking [`Value`] handles and the [`Loc`] of the DSL
-//! expression; each call checks its operands (in [`semantic`]) and appends explicit, fully typed
+//! expression; each call checks its operands (in `semantic`) and appends explicit, fully typed
 //! instructions to the innermost open region. Specialisation parameters arrive as constants, and
 //! scalar arithmetic on constants folds, so `BLOCK_M * 2` can size a tile.
 

@@ -1,5 +1,5 @@
 //! FlashAttention: the kernels (written in the DSL: [`forward`], [`backward`], [`common`]), their
-//! configuration table per target ([`config`]), the parameters of a call with their validation,
+//! configuration table per target ([`mod@config`]), the parameters of a call with their validation,
 //! what a call launches ([`plan`]), and where it runs: the CPU interpreter ([`cpu`], checked by
 //! [`check`]) or the GPU with the PTX kiln ships ([`prebuilt`], [`gpu`]).
 //!

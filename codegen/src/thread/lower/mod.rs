@@ -5,9 +5,9 @@
 //! its base, shape, strides and offsets (scalars). Positions are computed from the thread id: the
 //! lane and warp fields of every layout are hoisted to the program's entry, the per-register
 //! offsets added where they are used. One module per kind of op:
-//! [`arith`] (elementwise), [`memory`] (pointers, loads, stores, block pointers), [`movement`]
-//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), [`dot`] (tiles
-//! staged in shared memory, `ldmatrix`, `mma.sync`), [`control`], [`pipeline`] (`cp.async`
+//! `arith` (elementwise), `memory` (pointers, loads, stores, block pointers), `movement`
+//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), `dot` (tiles
+//! staged in shared memory, `ldmatrix`, `mma.sync`), `control`, `pipeline` (`cp.async`
 //! into multi-buffered shared tiles).
 
 mod arith;
