@@ -546,6 +546,14 @@ impl BlockState<'_, '_> {
             }
             Op::SharedAddress { offset } => *offset as u64,
             Op::Pack { lo, hi } => (get(lo) & 0xffff) | (get(hi) & 0xffff) << 16,
+            Op::PackRounded { lo, hi } => {
+                let half = match ty {
+                    Type::F16x2 => Type::F16,
+                    _ => Type::BF16,
+                };
+                let round = |r: &Reg| self.cast(Cast::FpTrunc, get(r), Type::F32, half);
+                round(lo)? | round(hi)? << 16
+            }
             Op::For { .. }
             | Op::If { .. }
             | Op::Yield(_)

@@ -303,6 +303,14 @@ impl<'ctx> Translation<'_, 'ctx> {
                 }
                 packed.into()
             }
+            Op::PackRounded { lo, hi } => {
+                // `cvt.rn.{bf16,f16}x2.f32 d, a, b` puts `a` in the high half.
+                let name = match self.program.ty(result) {
+                    crate::thread::Type::F16x2 => "llvm.nvvm.ff2f16x2.rn",
+                    _ => "llvm.nvvm.ff2bf16x2.rn",
+                };
+                return self.call_declared(name, ty, &[self.value(*hi)?, self.value(*lo)?]);
+            }
             Op::For { .. }
             | Op::If { .. }
             | Op::Store { .. }

@@ -303,6 +303,13 @@ pub enum Op {
         lo: Reg,
         hi: Reg,
     },
+    /// Two f32 rounded to nearest even into the result's 16-bit pair type, `lo` in the low half:
+    /// one `cvt.rn.{bf16,f16}x2.f32` where a cast of each and a `Pack` take three instructions
+    /// and two more registers.
+    PackRounded {
+        lo: Reg,
+        hi: Reg,
+    },
     /// `ldmatrix.sync.aligned.m8n8.x{count}{.trans}.shared.b16`: the warp's lanes `8 j .. 8 j
     /// + 7` give the 16-byte rows of matrix `j` at `ptr`; result `j` is this lane's fragment
     /// of matrix `j` (`layout::mma::ldmatrix_source`), a 16-bit pair.

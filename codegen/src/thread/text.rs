@@ -186,6 +186,7 @@ fn op_text(op: &Op) -> String {
         Op::If { cond, .. } => format!("if {}", reg(*cond)),
         Op::Yield(values) => format!("yield {}", regs(values)),
         Op::Pack { lo, hi } => format!("mov.b32 {{{}, {}}}", reg(*lo), reg(*hi)),
+        Op::PackRounded { lo, hi } => format!("cvt.rn.x2.f32 {{{}, {}}}", reg(*lo), reg(*hi)),
         Op::Ldmatrix { ptr, count, trans } => format!(
             "ldmatrix.x{count}{} {}",
             if *trans { ".trans" } else { "" },

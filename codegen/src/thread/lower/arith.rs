@@ -45,7 +45,11 @@ impl Lowering<'_> {
     pub(super) fn narrow(&mut self, value: Reg, dtype: DType) -> Reg {
         match dtype {
             DType::F32 => value,
-            _ => self.emit(Op::Cast(Cast::FpTrunc, value), register_type(dtype)),
+            _ => {
+                let narrow = self.emit(Op::Cast(Cast::FpTrunc, value), register_type(dtype));
+                self.narrowed.insert(narrow, value);
+                narrow
+            }
         }
     }
 

@@ -274,13 +274,13 @@ impl Lowering<'_> {
                 (0..count)
                     .map(|r| {
                         let (lo, hi) = a_register_from_acc(r);
-                        self.emit(
-                            Op::Pack {
-                                lo: regs[lo],
-                                hi: regs[hi],
-                            },
-                            packed,
-                        )
+                        let (lo, hi) = (regs[lo], regs[hi]);
+                        // Rounded from f32 here (`p.to::<T>()`): round and pack in one.
+                        let op = match (self.narrowed.get(&lo), self.narrowed.get(&hi)) {
+                            (Some(&lo), Some(&hi)) => Op::PackRounded { lo, hi },
+                            _ => Op::Pack { lo, hi },
+                        };
+                        self.emit(op, packed)
                     })
                     .collect(),
             ));

@@ -58,6 +58,7 @@ pub fn lower(
         next_staged: 0,
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
+        narrowed: HashMap::new(),
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -129,6 +130,9 @@ pub(super) struct Lowering<'a> {
     shared_tiles: HashMap<Value, SharedTile>,
     /// Staged-tile accesses since the last barrier.
     pending: dot::Pending,
+    /// The f32 register each f32 -> f16/bf16 rounding was made from: `dot` packs operand pairs
+    /// from these with one rounding conversion (`Op::PackRounded`).
+    narrowed: HashMap<Reg, Reg>,
 }
 
 impl Lowering<'_> {
