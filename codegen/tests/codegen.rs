@@ -330,9 +330,10 @@ fn is_attention(case: &cases::Case) -> bool {
     ATTENTION_KERNELS.contains(&case.kernel.name())
 }
 
-/// Block sizes, warps and stages of attention kernel `name` at `head_dim` on `target`.
-fn attention_config(name: &str, head_dim: usize, target: Target) -> KernelConfig {
-    let p = cases::attention_params(F16, head_dim, false, 1, 1);
+/// Block sizes, warps and stages of attention kernel `name` at `head_dim`, causal or not, on
+/// `target`.
+fn attention_config(name: &str, head_dim: usize, causal: bool, target: Target) -> KernelConfig {
+    let p = cases::attention_params(F16, head_dim, causal, 1, 1);
     p.config(target)
         .expect("a shipped head dim")
         .kernel(AttentionKernel::from_name(name).expect("an attention kernel"))
@@ -349,7 +350,7 @@ fn attention_case(
 ) -> cases::Case {
     let kernel = AttentionKernel::from_name(name).expect("an attention kernel");
     let p = cases::attention_params(dtype, head_dim, causal, 1, 1);
-    let config = attention_config(name, head_dim, target);
+    let config = attention_config(name, head_dim, causal, target);
     cases::Case {
         name: plan::specialisation_name(kernel, &p, target),
         kernel: kernel
@@ -370,13 +371,11 @@ fn attention_case(
 fn the_emulator_agrees_on_every_attention_kernel() {
     for name in ATTENTION_KERNELS {
         for head_dim in kiln_kernels::attention::HEAD_DIMS {
-            let targets: &[Target] = if attention_config(name, head_dim, Target::Sm80)
-                == attention_config(name, head_dim, Target::Sm90a)
-            {
-                &[Target::Sm90a]
-            } else {
-                &Target::ALL
-            };
+            let same = [false, true].into_iter().all(|causal| {
+                attention_config(name, head_dim, causal, Target::Sm80)
+                    == attention_config(name, head_dim, causal, Target::Sm90a)
+            });
+            let targets: &[Target] = if same { &[Target::Sm90a] } else { &Target::ALL };
             for &target in targets {
                 for dtype in [F16, BF16] {
                     for causal in [false, true] {
@@ -582,10 +581,10 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (64 x 128), and two buffers each of K and V (64 x 128), bf16.
+    // Q (64 x 128), and three buffers each of K and V (64 x 128), bf16.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (64 + 2 * (64 + 64)) * 128 * 2
+        (64 + 3 * (64 + 64)) * 128 * 2
     );
     assert!(
         compiled
@@ -1495,7 +1494,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
     for name in ATTENTION_KERNELS {
         let kernel = AttentionKernel::from_name(name).unwrap();
         let p = cases::attention_params(BF16, 128, true, 1, 1);
-        let config = attention_config(name, 128, Target::Sm90a);
+        let config = attention_config(name, 128, true, Target::Sm90a);
         let options = prebuilt::divisibility(kernel).into_iter().fold(
             CompileOptions::new(Target::Sm90a, config.num_warps).with_stages(config.num_stages),
             |options, (arg, n)| options.with_divisibility(arg, n),

@@ -38,7 +38,7 @@ fn default_attention() -> AttentionParams {
 
 /// `kernel`'s spec for the default call, at sm_90a's block sizes.
 fn attention_spec(kernel: AttentionKernel) -> Spec {
-    let config = config(64, Target::Sm90a).expect("head dim 64 has kernels");
+    let config = config(64, true, Target::Sm90a).expect("head dim 64 has kernels");
     default_attention().spec(config.kernel(kernel))
 }
 

@@ -9,8 +9,8 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | both | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_90a | 128 | 64 x 64, 4, 2 | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 128 | 64 x 64, 4, 2 | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
+//! | sm_90a | 128 | 64 x 64, 4, 3 (2 causal) | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 128 | 64 x 64, 4, 3 (2 causal) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
 //! | both | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Forward blocks follow FlashAttention-2's sm_80 choices at head dims 32 and 64; head dim 256
@@ -84,9 +84,9 @@ impl AttentionConfig {
     }
 }
 
-/// The configuration for `head_dim` on `target`, or `None` if kiln has no attention kernel for
-/// that head dim.
-pub fn config(head_dim: usize, target: Target) -> Option<AttentionConfig> {
+/// The configuration for `head_dim`, causal or not, on `target`, or `None` if kiln has no
+/// attention kernel for that head dim.
+pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<AttentionConfig> {
     let preprocess = KernelConfig {
         block_m: 64,
         block_n: None,
@@ -101,7 +101,9 @@ pub fn config(head_dim: usize, target: Target) -> Option<AttentionConfig> {
             dkdv: KernelConfig::new(64, 64, 8, 2),
         }),
         128 => Some(AttentionConfig {
-            forward: KernelConfig::new(64, 64, 4, 2),
+            // A third stage helps the full loop (+2.7% at 4k) and hurts the causal one's short
+            // loops (-1.6%): docs/PERF.md.
+            forward: KernelConfig::new(64, 64, 4, if causal { 2 } else { 3 }),
             preprocess,
             dq: KernelConfig::new(64, 64, 8, 2),
             dkdv: match target {
@@ -123,7 +125,12 @@ pub fn config(head_dim: usize, target: Target) -> Option<AttentionConfig> {
 pub fn all_block_sizes() -> Vec<usize> {
     let mut sizes: Vec<usize> = Target::ALL
         .into_iter()
-        .flat_map(|target| HEAD_DIMS.iter().filter_map(move |&d| config(d, target)))
+        .flat_map(|target| {
+            HEAD_DIMS
+                .iter()
+                .flat_map(move |&d| [false, true].map(|causal| config(d, causal, target)))
+        })
+        .flatten()
         .flat_map(|c| AttentionKernel::ALL.map(|k| c.kernel(k)))
         .flat_map(|k| [Some(k.block_m), k.block_n])
         .flatten()
@@ -141,7 +148,7 @@ mod tests {
     fn every_head_dim_has_a_configuration_on_every_target() {
         for target in Target::ALL {
             for head_dim in HEAD_DIMS {
-                let c = config(head_dim, target).expect("a configuration");
+                let c = config(head_dim, false, target).expect("a configuration");
                 assert_eq!(c.preprocess.block_n, None);
                 for kernel in [
                     AttentionKernel::Forward,
@@ -155,6 +162,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(config(96, Target::Sm80), None);
+        assert_eq!(config(96, false, Target::Sm80), None);
     }
 }

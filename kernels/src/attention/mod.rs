@@ -203,7 +203,8 @@ impl AttentionParams {
     /// The kernels' configuration on `target` for this call, after [`Self::validate`].
     pub fn config(&self, target: Target) -> Result<AttentionConfig, AttentionError> {
         self.validate()?;
-        Ok(config(self.head_dim, target).expect("the table covers every head dim in HEAD_DIMS"))
+        Ok(config(self.head_dim, self.causal, target)
+            .expect("the table covers every head dim in HEAD_DIMS"))
     }
 
     /// The specialisation of a kernel for this call, at the block sizes of its `config`.

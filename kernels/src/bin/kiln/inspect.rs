@@ -245,7 +245,9 @@ fn table_entry(
         Some(SpecValue::Int(d)) => usize::try_from(d).unwrap_or(0),
         _ => 0,
     };
-    let Some(config) = attention::config(head_dim, target) else {
+    // The preprocessing kernel has no mask: its configuration is the same either way.
+    let causal = matches!(spec.get("CAUSAL"), Some(SpecValue::Bool(true)));
+    let Some(config) = attention::config(head_dim, causal, target) else {
         eprintln!(
             "note: kiln's table has no attention configuration at head dims other than {HEAD_DIMS:?}"
         );
