@@ -157,13 +157,9 @@ pub unsafe extern "C" fn kiln_attn_fwd(
             lse: args.lse as u64,
         };
         gpu::check_forward(&p, &at)?;
-        if let Some(what) = unsupported {
-            return Err(AttentionError::Unsupported(what));
-        }
-        gpu::check_supported(&p)?;
-        let context = Context::current_or_primary()?;
+        let context = supported(&p, unsupported)?;
         // Safety: the caller vouches for the memory (the C interface cannot know lengths).
-        unsafe { gpu::launch_forward(context, stream, &p, &at) }
+        unsafe { gpu::launch_forward_checked(context, stream, &p, &at) }
     })
 }
 
@@ -214,14 +210,20 @@ pub unsafe extern "C" fn kiln_attn_bwd(
             workspace_bytes: args.workspace_bytes,
         };
         gpu::check_backward(&p, &at)?;
-        if let Some(what) = unsupported {
-            return Err(AttentionError::Unsupported(what));
-        }
-        gpu::check_supported(&p)?;
-        let context = Context::current_or_primary()?;
+        let context = supported(&p, unsupported)?;
         // Safety: the caller vouches for the memory (the C interface cannot know lengths).
-        unsafe { gpu::launch_backward(context, stream, &p, &at) }
+        unsafe { gpu::launch_backward_checked(context, stream, &p, &at) }
     })
+}
+
+/// After the invalid-argument checks: the first feature this build lacks, or whatever else
+/// kiln has no kernel for, as `KILN_UNSUPPORTED`; else the context to launch in.
+fn supported(p: &AttentionParams, lacks: Option<String>) -> Result<Context, AttentionError> {
+    if let Some(what) = lacks {
+        return Err(AttentionError::Unsupported(what));
+    }
+    gpu::check_supported(p)?;
+    Ok(Context::current_or_primary()?)
 }
 
 /// Runs `f`, records its error for `kiln_last_error` and maps it to a return code; a panic

@@ -120,13 +120,34 @@ impl<'ctx> Translation<'_, 'ctx> {
         other: Option<Reg>,
         ty: BasicTypeEnum<'ctx>,
     ) -> Result<BasicValueEnum<'ctx>> {
-        let address = self.value(ptr)?.into_pointer_value();
-        let Some(pred) = pred else {
-            return Ok(self.builder.build_load(ty, address, "")?);
-        };
         let fallback = match other {
             Some(o) => self.value(o)?,
             None => ty.const_zero(),
+        };
+        self.guarded_load(ptr, ty, None, pred, fallback)
+    }
+
+    /// A load of `ty` at `ptr` (aligned to `align` bytes, if given); with a predicate, a branch
+    /// around it and `fallback` where the predicate is false.
+    fn guarded_load(
+        &mut self,
+        ptr: Reg,
+        ty: BasicTypeEnum<'ctx>,
+        align: Option<u32>,
+        pred: Option<Reg>,
+        fallback: BasicValueEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let address = self.value(ptr)?.into_pointer_value();
+        let load = |this: &Self| -> Result<BasicValueEnum<'ctx>> {
+            let loaded = this.builder.build_load(ty, address, "")?;
+            if let (Some(bytes), Some(load)) = (align, loaded.as_instruction_value()) {
+                load.set_alignment(bytes)
+                    .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+            }
+            Ok(loaded)
+        };
+        let Some(pred) = pred else {
+            return load(self);
         };
         let pred = self.value(pred)?.into_int_value();
         let before = self.current_block()?;
@@ -135,7 +156,7 @@ impl<'ctx> Translation<'_, 'ctx> {
         self.builder
             .build_conditional_branch(pred, load_block, done)?;
         self.builder.position_at_end(load_block);
-        let loaded = self.builder.build_load(ty, address, "")?;
+        let loaded = load(self)?;
         self.builder.build_unconditional_branch(done)?;
         self.builder.position_at_end(done);
         let phi = self.builder.build_phi(ty, "")?;
@@ -168,31 +189,7 @@ impl<'ctx> Translation<'_, 'ctx> {
         bytes: u32,
         pred: Option<Reg>,
     ) -> Result<BasicValueEnum<'ctx>> {
-        let address = self.value(ptr)?.into_pointer_value();
-        let aligned_load = |this: &Self| -> Result<BasicValueEnum<'ctx>> {
-            let loaded = this.builder.build_load(ty, address, "")?;
-            if let Some(load) = loaded.as_instruction_value() {
-                load.set_alignment(bytes)
-                    .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
-            }
-            Ok(loaded)
-        };
-        let Some(pred) = pred else {
-            return aligned_load(self);
-        };
-        let pred = self.value(pred)?.into_int_value();
-        let before = self.current_block()?;
-        let load_block = self.context.append_basic_block(self.function, "load");
-        let done = self.context.append_basic_block(self.function, "loaded");
-        self.builder
-            .build_conditional_branch(pred, load_block, done)?;
-        self.builder.position_at_end(load_block);
-        let loaded = aligned_load(self)?;
-        self.builder.build_unconditional_branch(done)?;
-        self.builder.position_at_end(done);
-        let phi = self.builder.build_phi(ty, "")?;
-        phi.add_incoming(&[(&loaded, load_block), (&ty.const_zero(), before)]);
-        Ok(phi.as_basic_value())
+        self.guarded_load(ptr, ty, Some(bytes), pred, ty.const_zero())
     }
 
     /// A vector store of `value` (`bytes` long, aligned to them) at `ptr`, where `pred` holds.

@@ -19,8 +19,8 @@ use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
 use inkwell::targets::TargetMachine;
-use inkwell::types::{BasicType, BasicTypeEnum};
-use inkwell::values::{BasicValueEnum, FunctionValue, GlobalValue};
+use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType};
+use inkwell::values::{BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue};
 use kiln_dsl::Loc;
 
 use crate::thread::{Block, Program, Reg, Space, Type};
@@ -140,20 +140,7 @@ impl<'ctx> Translation<'_, 'ctx> {
         types: &[BasicTypeEnum<'ctx>],
         args: &[BasicValueEnum<'ctx>],
     ) -> Result<BasicValueEnum<'ctx>> {
-        let declaration = inkwell::intrinsics::Intrinsic::find(name)
-            .and_then(|intrinsic| intrinsic.get_declaration(self.module, types))
-            .ok_or_else(|| {
-                CodegenError::llvm(
-                    Stage::Llir,
-                    format!("expected llvm to know the intrinsic `{name}`"),
-                )
-            })?;
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        self.builder
-            .build_call(declaration, &args, "")?
-            .try_as_basic_value()
-            .basic()
-            .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
+        self.call_value(self.intrinsic(name, types)?, name, args)
     }
 
     /// Calls the intrinsic `name` through a declaration of its type: for the NVVM intrinsics
@@ -165,44 +152,71 @@ impl<'ctx> Translation<'_, 'ctx> {
         returns: BasicTypeEnum<'ctx>,
         args: &[BasicValueEnum<'ctx>],
     ) -> Result<BasicValueEnum<'ctx>> {
-        let declaration = self.module.get_function(name).unwrap_or_else(|| {
-            let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
-            self.module
-                .add_function(name, returns.fn_type(&params, false), None)
-        });
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        self.builder
-            .build_call(declaration, &args, "")?
-            .try_as_basic_value()
-            .basic()
-            .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
+        let declaration = self.declared(name, args, |params| returns.fn_type(params, false));
+        self.call_value(declaration, name, args)
     }
 
     /// Calls the intrinsic `name`, which returns nothing, through a declaration of its type
     /// (`cp.async`'s, which inkwell's lookup table lacks; LLVM recognises them by name).
     fn call_declared_void(&self, name: &str, args: &[BasicValueEnum<'ctx>]) -> Result<()> {
-        let declaration = self.module.get_function(name).unwrap_or_else(|| {
-            let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
-            self.module
-                .add_function(name, self.context.void_type().fn_type(&params, false), None)
-        });
-        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-        self.builder.build_call(declaration, &args, "")?;
+        let void = self.context.void_type();
+        let declaration = self.declared(name, args, |params| void.fn_type(params, false));
+        self.call_args(declaration, args)?;
         Ok(())
     }
 
     /// Calls an intrinsic that returns nothing (`llvm.nvvm.barrier0`).
     fn call_intrinsic_void(&self, name: &str) -> Result<()> {
-        let declaration = inkwell::intrinsics::Intrinsic::find(name)
-            .and_then(|intrinsic| intrinsic.get_declaration(self.module, &[]))
+        self.call_args(self.intrinsic(name, &[])?, &[])?;
+        Ok(())
+    }
+
+    /// The declaration of the LLVM intrinsic `name`, overloaded on `types`.
+    fn intrinsic(&self, name: &str, types: &[BasicTypeEnum<'ctx>]) -> Result<FunctionValue<'ctx>> {
+        inkwell::intrinsics::Intrinsic::find(name)
+            .and_then(|intrinsic| intrinsic.get_declaration(self.module, types))
             .ok_or_else(|| {
                 CodegenError::llvm(
                     Stage::Llir,
                     format!("expected llvm to know the intrinsic `{name}`"),
                 )
-            })?;
-        self.builder.build_call(declaration, &[], "")?;
-        Ok(())
+            })
+    }
+
+    /// The function `name`, declared with the type `fn_type` gives for `args`' types if the
+    /// module lacks it.
+    fn declared(
+        &self,
+        name: &str,
+        args: &[BasicValueEnum<'ctx>],
+        fn_type: impl FnOnce(&[BasicMetadataTypeEnum<'ctx>]) -> FunctionType<'ctx>,
+    ) -> FunctionValue<'ctx> {
+        self.module.get_function(name).unwrap_or_else(|| {
+            let params: Vec<_> = args.iter().map(|a| a.get_type().into()).collect();
+            self.module.add_function(name, fn_type(&params), None)
+        })
+    }
+
+    fn call_args(
+        &self,
+        function: FunctionValue<'ctx>,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> Result<CallSiteValue<'ctx>> {
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        Ok(self.builder.build_call(function, &args, "")?)
+    }
+
+    /// A call of `function` (called `name` in errors) and its result.
+    fn call_value(
+        &self,
+        function: FunctionValue<'ctx>,
+        name: &str,
+        args: &[BasicValueEnum<'ctx>],
+    ) -> Result<BasicValueEnum<'ctx>> {
+        self.call_args(function, args)?
+            .try_as_basic_value()
+            .basic()
+            .ok_or_else(|| CodegenError::internal(Stage::Llir, format!("`{name}` returns nothing")))
     }
 
     fn current_block(&self) -> Result<inkwell::basic_block::BasicBlock<'ctx>> {

@@ -1,13 +1,16 @@
 //! Attention on the GPU with the prebuilt kernels: the launches of [`super::plan`] bound to
 //! device addresses, in a driver context on a stream, each kernel's shipped PTX loaded once per
-//! context. The safe Rust API ([`forward`], [`backward`]) and the C interface (`crate::capi`)
-//! both come here through [`launch_forward`] and [`launch_backward`], which check everything that
-//! can be checked from addresses and strides; the Rust API also knows each buffer's length.
+//! context. The safe Rust API ([`forward`], [`backward`]) comes here through [`launch_forward`]
+//! and [`launch_backward`], which check everything that can be checked from addresses and
+//! strides (the Rust API also knows each buffer's length); the C interface runs the same checks
+//! itself, in its own order, and then their unchecked halves.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use kiln_dsl::{DType, Target};
-use kiln_runtime::{Context, ModuleCache, ModuleSource, ParamType, RawArg, RawStream};
+use kiln_runtime::{
+    Context, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
+};
 // The device and its buffers, as the safe API takes them.
 pub use kiln_runtime::{Device, DeviceBuffer};
 
@@ -140,7 +143,23 @@ pub unsafe fn launch_forward(
     at: &ForwardAddresses,
 ) -> Result<(), AttentionError> {
     check_forward(p, at)?;
-    let target = supported(p, context)?;
+    check_supported(p)?;
+    // Safety: passed on from the caller.
+    unsafe { launch_forward_checked(context, stream, p, at) }
+}
+
+/// [`launch_forward`] for a call already through [`check_forward`] and [`check_supported`]:
+/// the C interface runs them itself, with its own checks between them.
+///
+/// # Safety
+/// As [`launch_forward`].
+pub(crate) unsafe fn launch_forward_checked(
+    context: Context,
+    stream: RawStream,
+    p: &AttentionParams,
+    at: &ForwardAddresses,
+) -> Result<(), AttentionError> {
+    let target = target_of(context)?;
     let layouts = ForwardLayouts {
         q: at.q.layout,
         k: at.k.layout,
@@ -206,7 +225,22 @@ pub unsafe fn launch_backward(
     at: &BackwardAddresses,
 ) -> Result<(), AttentionError> {
     check_backward(p, at)?;
-    let target = supported(p, context)?;
+    check_supported(p)?;
+    // Safety: passed on from the caller.
+    unsafe { launch_backward_checked(context, stream, p, at) }
+}
+
+/// [`launch_backward`] for a call already through [`check_backward`] and [`check_supported`].
+///
+/// # Safety
+/// As [`launch_forward`].
+pub(crate) unsafe fn launch_backward_checked(
+    context: Context,
+    stream: RawStream,
+    p: &AttentionParams,
+    at: &BackwardAddresses,
+) -> Result<(), AttentionError> {
+    let target = target_of(context)?;
     let layouts = BackwardLayouts {
         q: at.q.layout,
         k: at.k.layout,
@@ -261,11 +295,9 @@ pub fn check_supported(p: &AttentionParams) -> Result<(), AttentionError> {
     Ok(())
 }
 
-/// After [`check_supported`], the target whose PTX runs on the context's device (compute
-/// capability 8.0 or newer): the newest that runs there, or `KILN_TARGET` (`sm_80` runs the
-/// portable PTX on a Hopper GPU too).
-fn supported(p: &AttentionParams, context: Context) -> Result<Target, AttentionError> {
-    check_supported(p)?;
+/// The target whose PTX runs on the context's device (compute capability 8.0 or newer): the
+/// newest that runs there, or `KILN_TARGET` (`sm_80` runs the portable PTX on a Hopper GPU too).
+fn target_of(context: Context) -> Result<Target, AttentionError> {
     let unsupported = |m: String| Err(AttentionError::Unsupported(m));
     let (major, minor) = context.compute_capability()?;
     let Some(best) = Target::for_capability(major, minor) else {
@@ -433,16 +465,8 @@ fn check_disjoint(outputs: &[(&str, Extent)]) -> Result<(), AttentionError> {
     Ok(())
 }
 
-/// Loads (once per context) and launches one planned kernel with its roles at `address`.
-///
-/// # Safety
-/// The addresses must hold what the launch reads and writes.
-unsafe fn run(
-    context: Context,
-    stream: RawStream,
-    launch: &Launch,
-    address: impl Fn(Role) -> Option<u64>,
-) -> Result<(), AttentionError> {
+/// Loads `launch`'s shipped PTX in `context`.
+fn load(context: Context, launch: &Launch) -> Result<Arc<LoadedKernel>, AttentionError> {
     let ptx = prebuilt::ptx(&launch.name).ok_or_else(|| {
         AttentionError::Unsupported(format!("no prebuilt kernel {}", launch.name))
     })?;
@@ -453,7 +477,7 @@ unsafe fn run(
             launch.name
         ))
     })?;
-    let kernel = MODULES.get_or_load(
+    Ok(MODULES.get_or_load(
         context,
         ModuleSource {
             name: &launch.name,
@@ -462,7 +486,24 @@ unsafe fn run(
             params: &params,
             shared_bytes: ptx.shared_bytes,
         },
-    )?;
+    )?)
+}
+
+/// Loads (once per context) and launches one planned kernel with its roles at `address`.
+///
+/// # Safety
+/// The addresses must hold what the launch reads and writes.
+unsafe fn run(
+    context: Context,
+    stream: RawStream,
+    launch: &Launch,
+    address: impl Fn(Role) -> Option<u64>,
+) -> Result<(), AttentionError> {
+    // Every launch after a context's first finds its kernel loaded.
+    let kernel = match MODULES.get(context, &launch.name) {
+        Some(kernel) => kernel,
+        None => load(context, launch)?,
+    };
     let args = launch
         .args
         .iter()

@@ -160,8 +160,9 @@ fn strides(layout: Layout) -> [Arg; 3] {
     ]
 }
 
-fn blocks(n: usize, block: usize) -> u32 {
-    n.div_ceil(block) as u32
+/// A grid of `rows / block` programs (rounded up) along x for each of `heads` along y.
+fn grid(rows: usize, block: usize, heads: usize) -> [u32; 3] {
+    [rows.div_ceil(block) as u32, heads as u32, 1]
 }
 
 /// The forward pass on `target`: one launch of [`AttentionKernel::Forward`].
@@ -186,17 +187,12 @@ pub fn forward(
         args.extend(strides(layout));
     }
     args.push(Arg::F32(p.softmax_scale));
-    let grid = [
-        blocks(p.seqlen_q, config.block_m),
-        (p.batch * p.heads_q) as u32,
-        1,
-    ];
     Ok(Launch::new(
         p,
         AttentionKernel::Forward,
         target,
         config,
-        grid,
+        grid(p.seqlen_q, config.block_m, p.batch * p.heads_q),
         args,
     ))
 }
@@ -222,11 +218,7 @@ pub fn backward(
         AttentionKernel::Preprocess,
         target,
         config.preprocess,
-        [
-            blocks(p.seqlen_q, config.preprocess.block_m),
-            (p.batch * p.heads_q) as u32,
-            1,
-        ],
+        grid(p.seqlen_q, config.preprocess.block_m, p.batch * p.heads_q),
         preprocess_args,
     );
 
@@ -252,11 +244,7 @@ pub fn backward(
         AttentionKernel::Dq,
         target,
         config.dq,
-        [
-            blocks(p.seqlen_q, config.dq.block_m),
-            (p.batch * p.heads_q) as u32,
-            1,
-        ],
+        grid(p.seqlen_q, config.dq.block_m, p.batch * p.heads_q),
         dq_args,
     );
 
@@ -291,11 +279,7 @@ pub fn backward(
         AttentionKernel::DkDv,
         target,
         config.dkdv,
-        [
-            blocks(p.seqlen_k, key_block),
-            (p.batch * p.heads_kv) as u32,
-            1,
-        ],
+        grid(p.seqlen_k, key_block, p.batch * p.heads_kv),
         dkdv_args,
     );
     Ok([preprocess, dq, dkdv])
