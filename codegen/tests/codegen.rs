@@ -581,10 +581,10 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (64 x 128), and three buffers each of K and V (64 x 128), bf16.
+    // Q (128 x 128), and two buffers each of K and V (64 x 128), bf16.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (64 + 3 * (64 + 64)) * 128 * 2
+        (128 + 2 * (64 + 64)) * 128 * 2
     );
     assert!(
         compiled
@@ -883,6 +883,37 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
             .any(|(_, path)| path == "kernels/src/attention/common.rs"),
         "{files:?}"
     );
+}
+
+#[test]
+fn staged_tiles_beyond_the_targets_shared_memory_are_refused() {
+    // dK/dV at head dim 128, 128 x 128, 3 stages: 320 KiB; sm_90a gives a block 227.
+    let kernel = AttentionKernel::DkDv;
+    let p = cases::attention_params(F16, 128, false, 1, 1);
+    let ir = kernel
+        .build(&p.spec(KernelConfig::new(128, 128, 8, 3)))
+        .unwrap();
+    let options = prebuilt::divisibility(kernel).into_iter().fold(
+        CompileOptions::new(Target::Sm90a, 8).with_stages(3),
+        |options, (name, n)| options.with_divisibility(name, n),
+    );
+    let message = match compile(&ir, &options) {
+        Err(CodegenError::Options { message }) => message,
+        Err(other) => panic!("expected an options error, got {other}"),
+        Ok(compiled) => panic!(
+            "compiled, with {} bytes of shared memory",
+            compiled.dynamic_shared_bytes()
+        ),
+    };
+    for part in [
+        "327680 bytes",
+        "3 stages",
+        "sm_90a",
+        "232448",
+        "fewer stages",
+    ] {
+        assert!(message.contains(part), "`{part}` missing from: {message}");
+    }
 }
 
 #[test]
@@ -1304,11 +1335,17 @@ fn registers(report: &str) -> u32 {
 
 /// One kernel for ptxas: its name, what to compile, and whether a spill fails the test (it
 /// only records it otherwise: head dim 256).
+/// The most an attention kernel at head dim 128 or less may spill: its stack frame, spill stores
+/// and spill loads together, as [`spill_and_stack_bytes`] counts them. The tuned table's worst
+/// is dK/dV at head dim 128, causal, 4 warps: about 220 bytes of each.
+const TUNED_SPILL_BYTES: u64 = 1024;
+
 struct Assembly<'k> {
     name: String,
     kernel: &'k Kernel,
     options: CompileOptions,
-    spills_fail: bool,
+    /// The most bytes it may spill or keep on the stack; `None`: any, printed.
+    max_spilled: Option<u64>,
 }
 
 /// Runs `f` on every item on all cores (compiling and ptxas dominate CI time), results in order.
@@ -1342,9 +1379,12 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
 /// ptxas assembles, for sm_80 and sm_90a, the PTX of every GPU case, of every op the lowering
 /// knows, and of every attention specialisation kiln ships (forward, preprocess, dQ and dK/dV;
 /// f16 and bf16; head dims 32 to 256; causal or not) as the config table compiles it. It fails on
-/// any error, and on any spill or stack frame except at head dim 256, whose spills it prints.
+/// any error, and on any spill or stack frame beyond the kernel's budget: none for the GPU cases
+/// and the ops; up to [`TUNED_SPILL_BYTES`] for attention at head dims up to 128, whose tuned
+/// configurations spill a few values and measured faster so (docs/PERF.md); any at head dim 256,
+/// printed.
 #[test]
-fn ptxas_assembles_every_kernel_without_spills() {
+fn ptxas_assembles_every_kernel_within_its_spill_budget() {
     let Some(ptxas) = ptxas() else {
         eprintln!("ptxas not found (set KILN_PTXAS): skipping PTX assembly");
         return;
@@ -1358,7 +1398,11 @@ fn ptxas_assembles_every_kernel_without_spills() {
             name: format!("{}_w{}_s{}", case.name, case.num_warps, case.num_stages),
             kernel: &case.kernel,
             options: case_options(case, case.target),
-            spills_fail: !is_attention(case) || head_dim(case) <= 128,
+            max_spilled: match (is_attention(case), head_dim(case)) {
+                (false, _) => Some(0),
+                (true, ..=128) => Some(TUNED_SPILL_BYTES),
+                (true, _) => None,
+            },
         })
         .collect();
     for (name, kernel) in &every_op {
@@ -1367,7 +1411,7 @@ fn ptxas_assembles_every_kernel_without_spills() {
                 name: format!("{name}_{target}"),
                 kernel,
                 options: CompileOptions::new(target, 4),
-                spills_fail: true,
+                max_spilled: Some(0),
             });
         }
     }
@@ -1386,10 +1430,11 @@ fn ptxas_assembles_every_kernel_without_spills() {
                     job.name,
                     registers(&report)
                 );
-                if spilled != 0 && job.spills_fail {
+                if job.max_spilled.is_some_and(|max| spilled > max) {
                     failures.push(format!(
-                        "{} spills or uses a stack frame:\n{report}",
-                        job.name
+                        "{} spills or keeps on the stack {spilled} bytes, more than its \
+                         budget of {:?}:\n{report}",
+                        job.name, job.max_spilled
                     ));
                 }
             }

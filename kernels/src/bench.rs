@@ -8,8 +8,9 @@ use kiln_dsl::{DType, HostBuffer};
 use kiln_runtime::{Device, DeviceBuffer};
 
 use crate::attention::check::{Outputs, Report, StridedTensor, Tolerance};
-use crate::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
+use crate::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients, Overrides};
 use crate::attention::{AttentionError, AttentionParams, Layout};
+use crate::reference::AttentionReference;
 use crate::reference::{self, Rng};
 
 /// The FlashAttention papers' setup: 16k tokens per batch and a hidden size of 2048, so
@@ -49,6 +50,14 @@ pub struct Timing {
     pub backward_tflops: f64,
 }
 
+/// A pass of attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pass {
+    Forward,
+    /// The backward (after a forward, whose outputs it reads).
+    Backward,
+}
+
 /// One attention problem on the device: packed inputs, the outputs of the last passes.
 #[derive(Debug)]
 pub struct Problem {
@@ -62,6 +71,8 @@ pub struct Problem {
     dq: DeviceBuffer,
     dk: DeviceBuffer,
     dv: DeviceBuffer,
+    /// Kernels run in place of the shipped ones (`kiln tune`'s candidates).
+    pub overrides: Overrides,
 }
 
 impl Problem {
@@ -88,6 +99,7 @@ impl Problem {
             dq: poisoned(p.dtype, q_len)?,
             dk: poisoned(p.dtype, k_len)?,
             dv: poisoned(p.dtype, k_len)?,
+            overrides: Overrides::default(),
         })
     }
 
@@ -112,6 +124,14 @@ impl Problem {
         if !fits {
             return Ok(None);
         }
+        self.poison(device)?;
+        self.params = p;
+        Ok(Some(self))
+    }
+
+    /// Fills the outputs with NaN again, so that the next check sees what a pass leaves
+    /// unwritten.
+    pub fn poison(&mut self, device: &Device) -> Result<(), AttentionError> {
         for buffer in [
             &mut self.o,
             &mut self.lse,
@@ -121,8 +141,7 @@ impl Problem {
         ] {
             buffer.fill(device, 0xff)?;
         }
-        self.params = p;
-        Ok(Some(self))
+        Ok(())
     }
 
     fn layouts(&self) -> (Layout, Layout) {
@@ -137,17 +156,16 @@ impl Problem {
     pub fn forward(&mut self, device: &Device) -> Result<(), AttentionError> {
         let (ql, kl) = self.layouts();
         let t = |buffer, layout| DeviceTensor { buffer, layout };
-        gpu::forward(
+        gpu::forward_with(
             device,
             &self.params,
-            t(&self.q, ql),
-            t(&self.k, kl),
-            t(&self.v, kl),
+            [t(&self.q, ql), t(&self.k, kl), t(&self.v, kl)],
             DeviceTensorMut {
                 buffer: &mut self.o,
                 layout: ql,
             },
             &mut self.lse,
+            &self.overrides,
         )
     }
 
@@ -156,7 +174,7 @@ impl Problem {
         let (ql, kl) = self.layouts();
         let t = |buffer, layout| DeviceTensor { buffer, layout };
         let out = |buffer, layout| DeviceTensorMut { buffer, layout };
-        gpu::backward(
+        gpu::backward_with(
             device,
             &self.params,
             [
@@ -172,27 +190,40 @@ impl Problem {
                 dk: out(&mut self.dk, kl),
                 dv: out(&mut self.dv, kl),
             },
+            &self.overrides,
         )
     }
 
-    /// Times each pass: a few warm-up calls, then the median of `samples` calls between events.
-    pub fn time(&mut self, device: &Device, samples: usize) -> Result<Timing, AttentionError> {
-        let mut median = |pass: &mut dyn FnMut(&mut Problem) -> Result<(), AttentionError>| {
-            for _ in 0..3 {
-                pass(self)?;
-            }
-            let mut times = Vec::with_capacity(samples);
-            for _ in 0..samples.max(1) {
-                let start = device.record_event()?;
-                pass(self)?;
-                let end = device.record_event()?;
-                times.push(start.elapsed_ms(&end)? as f64);
-            }
-            times.sort_by(f64::total_cmp);
-            Ok::<f64, AttentionError>(times[times.len() / 2])
+    /// The median GPU milliseconds of `samples` calls of `pass` between events, after a few
+    /// warm-up calls.
+    pub fn median_ms(
+        &mut self,
+        device: &Device,
+        samples: usize,
+        pass: Pass,
+    ) -> Result<f64, AttentionError> {
+        let run = |problem: &mut Problem| match pass {
+            Pass::Forward => problem.forward(device),
+            Pass::Backward => problem.backward(device),
         };
-        let forward_ms = median(&mut |p| p.forward(device))?;
-        let backward_ms = median(&mut |p| p.backward(device))?;
+        for _ in 0..3 {
+            run(self)?;
+        }
+        let mut times = Vec::with_capacity(samples);
+        for _ in 0..samples.max(1) {
+            let start = device.record_event()?;
+            run(self)?;
+            let end = device.record_event()?;
+            times.push(start.elapsed_ms(&end)? as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+
+    /// Times each pass: [`Self::median_ms`] of the forward, then of the backward.
+    pub fn time(&mut self, device: &Device, samples: usize) -> Result<Timing, AttentionError> {
+        let forward_ms = self.median_ms(device, samples, Pass::Forward)?;
+        let backward_ms = self.median_ms(device, samples, Pass::Backward)?;
         let flops = forward_flops(&self.params);
         Ok(Timing {
             forward_ms,
@@ -210,60 +241,124 @@ impl Problem {
         batch: usize,
         kv_head: usize,
     ) -> Result<Report, AttentionError> {
+        let reference = self.reference_head(device, batch, kv_head)?;
+        self.compare_head(device, &reference)
+    }
+
+    /// The f64 reference of one batch entry and one kv head of this problem's inputs (what
+    /// [`Self::compare_head`] judges the outputs by, however many passes ran since).
+    pub fn reference_head(
+        &self,
+        device: &Device,
+        batch: usize,
+        kv_head: usize,
+    ) -> Result<HeadReference, AttentionError> {
+        let head = Head { batch, kv_head };
         let p = &self.params;
-        let group = p.group();
-        let sub = AttentionParams {
-            batch: 1,
-            heads_q: group,
-            heads_kv: 1,
-            ..*p
-        };
-        let q_heads = kv_head * group..(kv_head + 1) * group;
-        let k_heads = kv_head..kv_head + 1;
+        let q = head.slice(p, &self.q.to_host(device)?.to_f64(), Side::Queries);
+        let k = head.slice(p, &self.k.to_host(device)?.to_f64(), Side::Keys);
+        let v = head.slice(p, &self.v.to_host(device)?.to_f64(), Side::Keys);
+        let d_o = head.slice(p, &self.d_o.to_host(device)?.to_f64(), Side::Queries);
+        let want = reference::attention(&head.params(p), &q, &k, &v, &d_o);
+        Ok(HeadReference { head, want })
+    }
+
+    /// Compares the outputs of the last forward and backward passes with `reference`.
+    pub fn compare_head(
+        &self,
+        device: &Device,
+        reference: &HeadReference,
+    ) -> Result<Report, AttentionError> {
+        let p = &self.params;
+        let head = &reference.head;
+        let sub = head.params(p);
         let down = |b: &DeviceBuffer| b.to_host(device).map(|h| h.to_f64());
-        // `[seqlen, heads, head_dim]` of batch entry `batch`, heads `heads` only.
-        let slice = |all: &[f64], seqlen: usize, heads: usize, keep: &std::ops::Range<usize>| {
-            let row = heads * p.head_dim;
-            let base = batch * seqlen * row;
-            (0..seqlen)
-                .flat_map(|i| {
-                    let at = base + i * row + keep.start * p.head_dim;
-                    all[at..at + keep.len() * p.head_dim].iter().copied()
-                })
-                .collect::<Vec<f64>>()
-        };
-        let (sq, sk) = (p.seqlen_q, p.seqlen_k);
-        let q = slice(&down(&self.q)?, sq, p.heads_q, &q_heads);
-        let k = slice(&down(&self.k)?, sk, p.heads_kv, &k_heads);
-        let v = slice(&down(&self.v)?, sk, p.heads_kv, &k_heads);
-        let d_o = slice(&down(&self.d_o)?, sq, p.heads_q, &q_heads);
-        let want = reference::attention(&sub, &q, &k, &v, &d_o);
         let all_lse = down(&self.lse)?;
-        let lse: Vec<f64> = q_heads
-            .clone()
+        let (sq, sk) = (p.seqlen_q, p.seqlen_k);
+        let lse: Vec<f64> = head
+            .query_heads(p)
             .flat_map(|h| {
-                let at = (batch * p.heads_q + h) * sq;
+                let at = (head.batch * p.heads_q + h) * sq;
                 all_lse[at..at + sq].iter().copied()
             })
             .collect();
-        let dense = |values: &[f64], seqlen, heads| {
-            StridedTensor::from_dense(
+        let dense = |buffer: &DeviceBuffer, side: Side| -> Result<StridedTensor, AttentionError> {
+            let (seqlen, heads) = match side {
+                Side::Queries => (sq, sub.heads_q),
+                Side::Keys => (sk, 1),
+            };
+            Ok(StridedTensor::from_dense(
                 p.dtype,
                 Layout::contiguous(seqlen, heads, p.head_dim),
                 [1, seqlen, heads, p.head_dim],
-                values,
-            )
+                &head.slice(p, &down(buffer)?, side),
+            ))
         };
         let got = Outputs {
-            o: dense(&slice(&down(&self.o)?, sq, p.heads_q, &q_heads), sq, group),
+            o: dense(&self.o, Side::Queries)?,
             lse: HostBuffer::from_f64(DType::F32, &lse),
-            dq: dense(&slice(&down(&self.dq)?, sq, p.heads_q, &q_heads), sq, group),
-            dk: dense(&slice(&down(&self.dk)?, sk, p.heads_kv, &k_heads), sk, 1),
-            dv: dense(&slice(&down(&self.dv)?, sk, p.heads_kv, &k_heads), sk, 1),
+            dq: dense(&self.dq, Side::Queries)?,
+            dk: dense(&self.dk, Side::Keys)?,
+            dv: dense(&self.dv, Side::Keys)?,
             // The Rust API keeps delta in its own workspace.
             delta: HostBuffer::from_f64(DType::F32, &vec![0.0; sub.lse_len()]),
         };
-        Ok(got.compare(&sub, &want, false))
+        Ok(got.compare(&sub, &reference.want, false))
+    }
+}
+
+/// Which side of attention a tensor is on: `[batch, seqlen_q, heads_q, head_dim]` or
+/// `[batch, seqlen_k, heads_kv, head_dim]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Queries,
+    Keys,
+}
+
+/// The f64 reference outputs of one batch entry and one kv head (with its group of query
+/// heads) of a [`Problem`].
+#[derive(Clone, Debug)]
+pub struct HeadReference {
+    head: Head,
+    want: AttentionReference,
+}
+
+/// One batch entry and one kv head, with its group of query heads.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    batch: usize,
+    kv_head: usize,
+}
+
+impl Head {
+    /// The call restricted to this batch entry and kv head.
+    fn params(&self, p: &AttentionParams) -> AttentionParams {
+        AttentionParams {
+            batch: 1,
+            heads_q: p.group(),
+            heads_kv: 1,
+            ..*p
+        }
+    }
+
+    fn query_heads(&self, p: &AttentionParams) -> std::ops::Range<usize> {
+        self.kv_head * p.group()..(self.kv_head + 1) * p.group()
+    }
+
+    /// This head's `[seqlen, heads, head_dim]` values of a whole `side` tensor `all`.
+    fn slice(&self, p: &AttentionParams, all: &[f64], side: Side) -> Vec<f64> {
+        let (seqlen, heads, keep) = match side {
+            Side::Queries => (p.seqlen_q, p.heads_q, self.query_heads(p)),
+            Side::Keys => (p.seqlen_k, p.heads_kv, self.kv_head..self.kv_head + 1),
+        };
+        let row = heads * p.head_dim;
+        let base = self.batch * seqlen * row;
+        (0..seqlen)
+            .flat_map(|i| {
+                let at = base + i * row + keep.start * p.head_dim;
+                all[at..at + keep.len() * p.head_dim].iter().copied()
+            })
+            .collect()
     }
 }
 

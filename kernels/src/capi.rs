@@ -159,7 +159,7 @@ pub unsafe extern "C" fn kiln_attn_fwd(
         gpu::check_forward(&p, &at)?;
         let context = supported(&p, unsupported)?;
         // Safety: the caller vouches for the memory (the C interface cannot know lengths).
-        unsafe { gpu::launch_forward_checked(context, stream, &p, &at) }
+        unsafe { gpu::launch_forward_checked(context, stream, &p, &at, &Default::default()) }
     })
 }
 
@@ -212,7 +212,7 @@ pub unsafe extern "C" fn kiln_attn_bwd(
         gpu::check_backward(&p, &at)?;
         let context = supported(&p, unsupported)?;
         // Safety: the caller vouches for the memory (the C interface cannot know lengths).
-        unsafe { gpu::launch_backward_checked(context, stream, &p, &at) }
+        unsafe { gpu::launch_backward_checked(context, stream, &p, &at, &Default::default()) }
     })
 }
 

@@ -9,6 +9,8 @@
 //!   configuration table per target, call validation, the interpreter launches, the prebuilt PTX
 //!   and the GPU API ([`attention::gpu`]).
 //! - [`mod@bench`]: the GPU benchmark at the FlashAttention setup, with a check against f64.
+//! - [`tune`]: the configuration search behind `kiln tune`: candidates compiled by the caller,
+//!   checked against f64 and timed on the GPU.
 //! - [`capi`]: the C interface (`libkiln_kernels.so` / `.a`, header `kernels/include/kiln.h`).
 //! - [`general`]: tile kernels that are not attention (GEMM + bias + GELU, row softmax, layernorm,
 //!   column sums, transpose), proof that the DSL is a general tile language.
@@ -24,3 +26,4 @@ pub mod capi;
 pub mod general;
 pub mod reference;
 pub mod registry;
+pub mod tune;

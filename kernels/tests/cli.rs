@@ -80,7 +80,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 64, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, T = f16>"
         ),
         "{out}"
     );
@@ -366,4 +366,22 @@ fn bench_refuses_bad_flags_with_what_it_takes() {
     );
     let err = fails(&["bench", "--fast"]);
     assert!(err.contains("unknown flag `--fast`"), "{err}");
+}
+
+#[test]
+fn tune_refuses_bad_flags_naming_the_value() {
+    let err = fails(&[
+        "tune",
+        "--kernels",
+        "attention_fwd,attention_bwd_preprocess",
+    ]);
+    assert!(err.contains("`attention_bwd_preprocess`"), "{err}");
+    assert!(err.contains("attention_bwd_dkdv"), "{err}");
+    let err = fails(&["tune", "--causal", "maybe"]);
+    assert!(err.contains("both, yes or no, got `maybe`"), "{err}");
+    let err = fails(&["tune", "--seqlen", "-5"]);
+    assert!(err.contains("`-5`"), "{err}");
+    let err = fails(&["tune", "--quick"]);
+    assert!(err.contains("unknown flag `--quick`"), "{err}");
+    assert!(err.contains("--head-dims"), "{err}");
 }

@@ -8,29 +8,29 @@
 //!
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
-//! | both | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_90a | 128 | 64 x 64, 4, 3 (2 causal) | 64, 4 | 64 x 64, 8, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 128 | 64 x 64, 4, 3 (2 causal) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
+//! | sm_90a | 64 | 128 x 128, 4, 3 (causal: 128 x 64, 4, 2) | 64, 4 | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
+//! | sm_90a | 128 | 128 x 64, 4, 2 | 64, 4 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
+//! | both | 32; sm_80: 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
 //! | both | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
-//! Forward blocks follow FlashAttention-2's sm_80 choices at head dims 32 and 64; head dim 256
-//! halves them to keep a program's tiles in registers. At head dim 128 a 128-row block needs 8
-//! warps (with 4, 32 query rows per warp, ptxas spills 1.5 KB where FlashAttention-2 fits the same
-//! tile in 255 registers: where kiln's extra live registers come from is not yet measured), and one
-//! 8-warp block per SM stalls all its warps at each barrier; 64-row blocks of 4 warps run two
-//! blocks per SM (255 registers, 80 KB of shared memory each) and measured 6-14% faster on an
-//! H200 (docs/PERF.md). Warps elsewhere: 8 where 4 warps' registers cannot hold the
-//! accumulators without spilling (dK/dV's two), else 4, which keeps every warp along M so that
-//! dQ's `dS @ K` takes dS from registers; dQ at head dim 128 takes 8 (dS then goes through shared
-//! memory) because 4 warps sit at 255 registers and spill once pipelined. Stages are kiln-codegen's `CompileOptions::num_stages` for the
-//! kernel's streaming loop: shared buffers per streamed tile, one tile in flight with
-//! `cp.async` while the program computes on another (FlashAttention-2's double buffering).
+//! The sm_90a entries at head dims 64 and 128 are `kiln tune`'s winners on an H100 (bf16,
+//! seqlen 4096; every candidate checked against f64 first; docs/PERF.md, 2026-11-22): all four
+//! warps, 128 query rows where the kernel holds query rows. Several spill a little (16 to 220
+//! bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
+//! shared-memory reads of K and V per `mma` against 16, which outweighs a few spilled values.
+//! The other entries are not tuned yet (no Ampere GPU has run `kiln tune`; head dims 32 and 256
+//! were not searched): FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a
+//! program's tiles in registers; at 128 on sm_80, 64-row blocks of 4 warps (two per SM), 8 warps
+//! where 4 cannot hold the accumulators without spilling. Stages are kiln-codegen's
+//! `CompileOptions::num_stages` for the kernel's streaming loop: shared buffers per streamed
+//! tile, one tile in flight with `cp.async` while the program computes on another.
 //!
-//! The targets differ at one entry: ptxas allocates registers differently for sm_80, where dK/dV
-//! at head dim 128 with 64-row Q/dO tiles spills 28 bytes once pipelined (sm_90a fits it in 255
-//! registers), so sm_80 streams 32-row tiles (237 registers, no spill). Halving the key block
-//! instead was measured and rejected (docs/PERF.md, 2026-11-22: it costs a quarter of the
-//! backward because every program then streams all of Q/dO for half the work).
+//! ptxas allocates registers differently for sm_80, where dK/dV at head dim 128 with 64-row
+//! Q/dO tiles spills 28 bytes once pipelined, so sm_80 streams 32-row tiles (237 registers, no
+//! spill). Halving the key block instead was measured and rejected (docs/PERF.md, 2026-11-22: it
+//! costs a quarter of the backward because every program then streams all of Q/dO for half the
+//! work).
 
 use kiln_dsl::Target;
 
@@ -54,13 +54,37 @@ pub struct KernelConfig {
 }
 
 impl KernelConfig {
-    const fn new(block_m: usize, block_n: usize, num_warps: u32, num_stages: u32) -> KernelConfig {
+    pub const fn new(
+        block_m: usize,
+        block_n: usize,
+        num_warps: u32,
+        num_stages: u32,
+    ) -> KernelConfig {
         KernelConfig {
             block_m,
             block_n: Some(block_n),
             num_warps,
             num_stages,
         }
+    }
+}
+
+/// `128 x 64, 4 warps, 2 stages` (`64, 4 warps, 1 stage` without a key block).
+impl std::fmt::Display for KernelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.block_m)?;
+        if let Some(block_n) = self.block_n {
+            write!(f, " x {block_n}")?;
+        }
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        write!(
+            f,
+            ", {} warp{}, {} stage{}",
+            self.num_warps,
+            plural(self.num_warps),
+            self.num_stages,
+            plural(self.num_stages)
+        )
     }
 }
 
@@ -82,6 +106,17 @@ impl AttentionConfig {
             AttentionKernel::DkDv => self.dkdv,
         }
     }
+
+    /// This configuration with `kernel`'s replaced by `config`.
+    pub fn with(mut self, kernel: AttentionKernel, config: KernelConfig) -> AttentionConfig {
+        *match kernel {
+            AttentionKernel::Forward => &mut self.forward,
+            AttentionKernel::Preprocess => &mut self.preprocess,
+            AttentionKernel::Dq => &mut self.dq,
+            AttentionKernel::DkDv => &mut self.dkdv,
+        } = config;
+        self
+    }
 }
 
 /// The configuration for `head_dim`, causal or not, on `target`, or `None` if kiln has no
@@ -93,32 +128,30 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
         num_warps: 4,
         num_stages: 1,
     };
-    match head_dim {
-        32 | 64 => Some(AttentionConfig {
-            forward: KernelConfig::new(128, 64, 4, 2),
-            preprocess,
-            dq: KernelConfig::new(64, 64, 4, 2),
-            dkdv: KernelConfig::new(64, 64, 8, 2),
-        }),
-        128 => Some(AttentionConfig {
-            // A third stage helps the full loop (+2.7% at 4k) and hurts the causal one's short
-            // loops (-1.6%): docs/PERF.md.
-            forward: KernelConfig::new(64, 64, 4, if causal { 2 } else { 3 }),
-            preprocess,
-            dq: KernelConfig::new(64, 64, 8, 2),
-            dkdv: match target {
-                Target::Sm80 => KernelConfig::new(32, 64, 8, 2),
-                Target::Sm90a => KernelConfig::new(64, 64, 8, 2),
-            },
-        }),
-        256 => Some(AttentionConfig {
-            forward: KernelConfig::new(64, 32, 4, 2),
-            preprocess,
-            dq: KernelConfig::new(32, 32, 4, 2),
-            dkdv: KernelConfig::new(32, 32, 8, 2),
-        }),
-        _ => None,
-    }
+    let c = KernelConfig::new;
+    let [forward, dq, dkdv] = match (target, head_dim) {
+        // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22).
+        (Target::Sm90a, 64) if causal => [c(128, 64, 4, 2), c(128, 64, 4, 2), c(128, 64, 4, 2)],
+        (Target::Sm90a, 64) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(128, 64, 4, 2)],
+        (Target::Sm90a, 128) => [c(128, 64, 4, 2), c(128, 32, 4, 2), c(64, 64, 4, 2)],
+        // Not tuned yet: FlashAttention-2's sm_80 shapes, which fit without spills.
+        (_, 32 | 64) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
+        (Target::Sm80, 128) => [
+            // A third stage helps the full loop (+2.7% at 4k on an H200) and hurts the
+            // causal one's short loops (-1.6%): docs/PERF.md.
+            c(64, 64, 4, if causal { 2 } else { 3 }),
+            c(64, 64, 8, 2),
+            c(32, 64, 8, 2),
+        ],
+        (_, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
+        _ => return None,
+    };
+    Some(AttentionConfig {
+        forward,
+        preprocess,
+        dq,
+        dkdv,
+    })
 }
 
 /// Every block size the attention kernels use, for tests that step just below and above each.

@@ -14,11 +14,69 @@ use kiln_runtime::{
 // The device and its buffers, as the safe API takes them.
 pub use kiln_runtime::{Device, DeviceBuffer};
 
-use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
-use super::{AttentionError, AttentionParams, Layout, invalid, prebuilt};
+use super::plan::{self, Arg, AttentionKernel, BackwardLayouts, ForwardLayouts, Launch, Role};
+use super::{
+    AttentionConfig, AttentionError, AttentionParams, KernelConfig, Layout, invalid, prebuilt,
+};
 
 /// Every context's loaded attention kernels, for the whole process.
 static MODULES: LazyLock<ModuleCache> = LazyLock::new(ModuleCache::new);
+
+/// One kernel compiled at a configuration other than the table's, to run in its place: what
+/// `kiln tune` times.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Candidate {
+    /// The specialisation it stands in for ([`plan::specialisation_name`]): a call that needs
+    /// another is refused.
+    pub name: String,
+    pub kernel: AttentionKernel,
+    pub config: KernelConfig,
+    pub ptx: String,
+    /// The dynamic shared memory a launch gives it.
+    pub shared_bytes: u32,
+}
+
+impl Candidate {
+    /// The name it is loaded under: its specialisation's and its configuration's.
+    fn module_name(&self) -> String {
+        let c = &self.config;
+        format!(
+            "{}_m{}_n{}_w{}_s{}",
+            self.name,
+            c.block_m,
+            c.block_n.unwrap_or(0),
+            c.num_warps,
+            c.num_stages
+        )
+    }
+}
+
+/// The candidates a call runs instead of the shipped kernels, at most one per kernel; the
+/// default runs what ships.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Overrides {
+    candidates: Vec<Candidate>,
+}
+
+impl Overrides {
+    /// Runs `candidate` in place of its kernel (replacing an earlier candidate for it).
+    pub fn with(mut self, candidate: Candidate) -> Overrides {
+        self.candidates.retain(|c| c.kernel != candidate.kernel);
+        self.candidates.push(candidate);
+        self
+    }
+
+    fn get(&self, kernel: AttentionKernel) -> Option<&Candidate> {
+        self.candidates.iter().find(|c| c.kernel == kernel)
+    }
+
+    /// `table` with each overridden kernel's configuration replaced by its candidate's.
+    fn config(&self, table: AttentionConfig) -> AttentionConfig {
+        self.candidates
+            .iter()
+            .fold(table, |config, c| config.with(c.kernel, c.config))
+    }
+}
 
 /// A tensor in device memory: its address and its `[batch, seqlen, heads, head_dim]` strides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +203,7 @@ pub unsafe fn launch_forward(
     check_forward(p, at)?;
     check_supported(p)?;
     // Safety: passed on from the caller.
-    unsafe { launch_forward_checked(context, stream, p, at) }
+    unsafe { launch_forward_checked(context, stream, p, at, &Overrides::default()) }
 }
 
 /// [`launch_forward`] for a call already through [`check_forward`] and [`check_supported`]:
@@ -158,6 +216,7 @@ pub(crate) unsafe fn launch_forward_checked(
     stream: RawStream,
     p: &AttentionParams,
     at: &ForwardAddresses,
+    overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     let target = target_of(context)?;
     let layouts = ForwardLayouts {
@@ -166,7 +225,8 @@ pub(crate) unsafe fn launch_forward_checked(
         v: at.v.layout,
         o: at.o.layout,
     };
-    let launch = plan::forward(p, &layouts, target)?;
+    let config = overrides.config(p.config(target)?);
+    let launch = plan::forward_with(p, &layouts, target, config.forward);
     let address = |role| match role {
         Role::Q => Some(at.q.address),
         Role::K => Some(at.k.address),
@@ -176,7 +236,7 @@ pub(crate) unsafe fn launch_forward_checked(
         _ => None,
     };
     // Safety: the caller vouches for the memory; the plan's accesses stay within the sizes.
-    unsafe { run(context, stream, &launch, address) }
+    unsafe { run(context, stream, &launch, overrides, address) }
 }
 
 /// Checks a backward call as far as addresses and strides allow: every refusal is an
@@ -227,7 +287,7 @@ pub unsafe fn launch_backward(
     check_backward(p, at)?;
     check_supported(p)?;
     // Safety: passed on from the caller.
-    unsafe { launch_backward_checked(context, stream, p, at) }
+    unsafe { launch_backward_checked(context, stream, p, at, &Overrides::default()) }
 }
 
 /// [`launch_backward`] for a call already through [`check_backward`] and [`check_supported`].
@@ -239,6 +299,7 @@ pub(crate) unsafe fn launch_backward_checked(
     stream: RawStream,
     p: &AttentionParams,
     at: &BackwardAddresses,
+    overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     let target = target_of(context)?;
     let layouts = BackwardLayouts {
@@ -265,9 +326,10 @@ pub(crate) unsafe fn launch_backward_checked(
             Role::Delta => at.workspace,
         })
     };
-    for launch in plan::backward(p, &layouts, target)? {
+    let config = overrides.config(p.config(target)?);
+    for launch in plan::backward_with(p, &layouts, target, config) {
         // Safety: as for the forward; the launches queue in order on one stream.
-        unsafe { run(context, stream, &launch, address)? };
+        unsafe { run(context, stream, &launch, overrides, address)? };
     }
     Ok(())
 }
@@ -293,6 +355,11 @@ pub fn check_supported(p: &AttentionParams) -> Result<(), AttentionError> {
         ));
     }
     Ok(())
+}
+
+/// The target whose PTX runs on `device`: the newest that runs there, or `KILN_TARGET`.
+pub fn target(device: &Device) -> Result<Target, AttentionError> {
+    target_of(device.context())
 }
 
 /// The target whose PTX runs on the context's device (compute capability 8.0 or newer): the
@@ -465,11 +532,22 @@ fn check_disjoint(outputs: &[(&str, Extent)]) -> Result<(), AttentionError> {
     Ok(())
 }
 
-/// Loads `launch`'s shipped PTX in `context`.
-fn load(context: Context, launch: &Launch) -> Result<Arc<LoadedKernel>, AttentionError> {
-    let ptx = prebuilt::ptx(&launch.name).ok_or_else(|| {
-        AttentionError::Unsupported(format!("no prebuilt kernel {}", launch.name))
-    })?;
+/// Loads `launch`'s PTX (`candidate`'s, else the shipped one) in `context` as `name`.
+fn load(
+    context: Context,
+    launch: &Launch,
+    name: &str,
+    candidate: Option<&Candidate>,
+) -> Result<Arc<LoadedKernel>, AttentionError> {
+    let (ptx, shared_bytes) = match candidate {
+        Some(c) => (c.ptx.as_str(), c.shared_bytes),
+        None => {
+            let shipped = prebuilt::ptx(&launch.name).ok_or_else(|| {
+                AttentionError::Unsupported(format!("no prebuilt kernel {}", launch.name))
+            })?;
+            (shipped.text, shipped.shared_bytes)
+        }
+    };
     let signature = launch.kernel.signature();
     let params = ParamType::of_signature(signature, &launch.spec).ok_or_else(|| {
         AttentionError::Internal(format!(
@@ -480,11 +558,11 @@ fn load(context: Context, launch: &Launch) -> Result<Arc<LoadedKernel>, Attentio
     Ok(MODULES.get_or_load(
         context,
         ModuleSource {
-            name: &launch.name,
-            ptx: ptx.text,
+            name,
+            ptx,
             entry: signature.name,
             params: &params,
-            shared_bytes: ptx.shared_bytes,
+            shared_bytes,
         },
     )?)
 }
@@ -497,12 +575,24 @@ unsafe fn run(
     context: Context,
     stream: RawStream,
     launch: &Launch,
+    overrides: &Overrides,
     address: impl Fn(Role) -> Option<u64>,
 ) -> Result<(), AttentionError> {
+    let candidate = overrides.get(launch.kernel);
+    let name = match candidate {
+        Some(c) if c.name != launch.name => {
+            return Err(invalid(format!(
+                "the candidate for {} cannot run a call that needs {}",
+                c.name, launch.name
+            )));
+        }
+        Some(c) => &c.module_name(),
+        None => &launch.name,
+    };
     // Every launch after a context's first finds its kernel loaded.
-    let kernel = match MODULES.get(context, &launch.name) {
+    let kernel = match MODULES.get(context, name) {
         Some(kernel) => kernel,
-        None => load(context, launch)?,
+        None => load(context, launch, name, candidate)?,
     };
     let args = launch
         .args
@@ -640,6 +730,18 @@ pub fn forward(
     o: DeviceTensorMut<'_>,
     lse: &mut DeviceBuffer,
 ) -> Result<(), AttentionError> {
+    forward_with(device, p, [q, k, v], o, lse, &Overrides::default())
+}
+
+/// [`forward`] running `overrides`' candidates in place of the shipped kernels.
+pub fn forward_with(
+    device: &Device,
+    p: &AttentionParams,
+    [q, k, v]: [DeviceTensor<'_>; 3],
+    o: DeviceTensorMut<'_>,
+    lse: &mut DeviceBuffer,
+    overrides: &Overrides,
+) -> Result<(), AttentionError> {
     p.check_fields()?;
     let at = ForwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
@@ -648,10 +750,12 @@ pub fn forward(
         o: bound(device, "o", o.buffer, o.layout, p, p.seqlen_q, p.heads_q)?,
         lse: bound_rows(device, "lse", lse, p.lse_len())?,
     };
+    check_forward(p, &at)?;
+    check_supported(p)?;
     // Safety: every buffer was checked to hold what its shape and strides address, and the
     // borrows keep the outputs apart and alive until the call returns (the stream orders any
     // later use of them after the kernels).
-    unsafe { launch_forward(device.context(), device.raw_stream(), p, &at) }
+    unsafe { launch_forward_checked(device.context(), device.raw_stream(), p, &at, overrides) }
 }
 
 /// Attention backward on `device`'s stream: from the forward's inputs, its `o` and `lse`, and
@@ -701,6 +805,25 @@ pub fn backward(
     lse: &DeviceBuffer,
     grads: Gradients<'_>,
 ) -> Result<(), AttentionError> {
+    backward_with(
+        device,
+        p,
+        [q, k, v, o, d_o],
+        lse,
+        grads,
+        &Overrides::default(),
+    )
+}
+
+/// [`backward`] running `overrides`' candidates in place of the shipped kernels.
+pub fn backward_with(
+    device: &Device,
+    p: &AttentionParams,
+    [q, k, v, o, d_o]: [DeviceTensor<'_>; 5],
+    lse: &DeviceBuffer,
+    grads: Gradients<'_>,
+    overrides: &Overrides,
+) -> Result<(), AttentionError> {
     p.check_fields()?;
     let workspace = device.filled(DType::F32, p.lse_len(), 0)?;
     let at = BackwardAddresses {
@@ -742,7 +865,9 @@ pub fn backward(
         workspace: workspace.device_address(device),
         workspace_bytes: workspace_bytes(p),
     };
+    check_backward(p, &at)?;
+    check_supported(p)?;
     // Safety: as in `forward`; the workspace lives until the stream has run the kernels, as
     // dropping a buffer frees it in stream order.
-    unsafe { launch_backward(device.context(), device.raw_stream(), p, &at) }
+    unsafe { launch_backward_checked(device.context(), device.raw_stream(), p, &at, overrides) }
 }

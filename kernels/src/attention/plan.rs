@@ -4,7 +4,9 @@
 
 use kiln_dsl::{Kernel, Spec, Target};
 
-use super::{AttentionError, AttentionParams, KernelConfig, Layout, backward, forward};
+use super::{
+    AttentionConfig, AttentionError, AttentionParams, KernelConfig, Layout, backward, forward,
+};
 
 /// One of the four attention kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,16 +117,21 @@ impl Launch {
         kernel: AttentionKernel,
         target: Target,
         config: KernelConfig,
-        grid: [u32; 3],
         args: Vec<Arg>,
     ) -> Launch {
+        // One program per block of query rows for each query head; dK/dV's per block of keys
+        // for each kv head.
+        let (rows, block, heads) = match (kernel, config.block_n) {
+            (AttentionKernel::DkDv, Some(block_n)) => (p.seqlen_k, block_n, p.heads_kv),
+            _ => (p.seqlen_q, config.block_m, p.heads_q),
+        };
         Launch {
             kernel,
             name: specialisation_name(kernel, p, target),
             target,
             config,
             spec: p.spec(config),
-            grid,
+            grid: [rows.div_ceil(block) as u32, (p.batch * heads) as u32, 1],
             args,
         }
     }
@@ -160,18 +167,23 @@ fn strides(layout: Layout) -> [Arg; 3] {
     ]
 }
 
-/// A grid of `rows / block` programs (rounded up) along x for each of `heads` along y.
-fn grid(rows: usize, block: usize, heads: usize) -> [u32; 3] {
-    [rows.div_ceil(block) as u32, heads as u32, 1]
-}
-
-/// The forward pass on `target`: one launch of [`AttentionKernel::Forward`].
+/// The forward pass on `target`: one launch of [`AttentionKernel::Forward`], configured as
+/// kiln's table says.
 pub fn forward(
     p: &AttentionParams,
     layouts: &ForwardLayouts,
     target: Target,
 ) -> Result<Launch, AttentionError> {
-    let config = p.config(target)?.forward;
+    Ok(forward_with(p, layouts, target, p.config(target)?.forward))
+}
+
+/// [`fn@forward`] with the forward kernel configured as `config` (what `kiln tune` tries).
+pub fn forward_with(
+    p: &AttentionParams,
+    layouts: &ForwardLayouts,
+    target: Target,
+    config: KernelConfig,
+) -> Launch {
     let mut args = vec![
         Arg::Buffer(Role::Q),
         Arg::Buffer(Role::K),
@@ -187,23 +199,26 @@ pub fn forward(
         args.extend(strides(layout));
     }
     args.push(Arg::F32(p.softmax_scale));
-    Ok(Launch::new(
-        p,
-        AttentionKernel::Forward,
-        target,
-        config,
-        grid(p.seqlen_q, config.block_m, p.batch * p.heads_q),
-        args,
-    ))
+    Launch::new(p, AttentionKernel::Forward, target, config, args)
 }
 
-/// The backward pass on `target`, in order: preprocessing (delta), dQ, dK/dV.
+/// The backward pass on `target`, in order: preprocessing (delta), dQ, dK/dV, configured as
+/// kiln's table says.
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,
     target: Target,
 ) -> Result<[Launch; 3], AttentionError> {
-    let config = p.config(target)?;
+    Ok(backward_with(p, layouts, target, p.config(target)?))
+}
+
+/// [`fn@backward`] with its kernels configured as `config` (what `kiln tune` tries).
+pub fn backward_with(
+    p: &AttentionParams,
+    layouts: &BackwardLayouts,
+    target: Target,
+    config: AttentionConfig,
+) -> [Launch; 3] {
     let mut preprocess_args = vec![
         Arg::Buffer(Role::O),
         Arg::Buffer(Role::DO),
@@ -218,7 +233,6 @@ pub fn backward(
         AttentionKernel::Preprocess,
         target,
         config.preprocess,
-        grid(p.seqlen_q, config.preprocess.block_m, p.batch * p.heads_q),
         preprocess_args,
     );
 
@@ -239,14 +253,7 @@ pub fn backward(
         dq_args.extend(strides(layout));
     }
     dq_args.push(Arg::F32(p.softmax_scale));
-    let dq = Launch::new(
-        p,
-        AttentionKernel::Dq,
-        target,
-        config.dq,
-        grid(p.seqlen_q, config.dq.block_m, p.batch * p.heads_q),
-        dq_args,
-    );
+    let dq = Launch::new(p, AttentionKernel::Dq, target, config.dq, dq_args);
 
     let mut dkdv_args = vec![
         Arg::Buffer(Role::Q),
@@ -273,14 +280,6 @@ pub fn backward(
         dkdv_args.extend(strides(layout));
     }
     dkdv_args.push(Arg::F32(p.softmax_scale));
-    let key_block = config.dkdv.block_n.expect("dK/dV has a key block");
-    let dkdv = Launch::new(
-        p,
-        AttentionKernel::DkDv,
-        target,
-        config.dkdv,
-        grid(p.seqlen_k, key_block, p.batch * p.heads_kv),
-        dkdv_args,
-    );
-    Ok([preprocess, dq, dkdv])
+    let dkdv = Launch::new(p, AttentionKernel::DkDv, target, config.dkdv, dkdv_args);
+    [preprocess, dq, dkdv]
 }

@@ -11,7 +11,8 @@ use kiln_dsl::ir::{Inst as TileInst, Kernel, Value};
 
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{
-    A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, a_register_from_acc,
+    A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, WARP_SIZE,
+    a_register_from_acc,
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{ConversionKind, Layout, LayoutAssignment, ThreadMap, linear_terms};
@@ -229,6 +230,43 @@ impl Lowering<'_> {
         }
     }
 
+    /// The addresses in `tile` of a thread's accesses, given each access's element offset in
+    /// every thread (`offsets[access][thread]`) and, for one that needs an address of its own,
+    /// its coordinates in registers (`coords`). An access whose offset is another's plus the
+    /// same constant in every thread takes that one's address plus an immediate: otherwise
+    /// LLVM hoists one 64-bit address per access out of a loop (80 `ldmatrix`es in a 128 x 64
+    /// forward), and they spill.
+    pub(super) fn tile_addresses(
+        &mut self,
+        tile: &SharedTile,
+        offsets: &[Vec<usize>],
+        mut coords: impl FnMut(&mut Self, usize) -> Result<Vec<Reg>>,
+    ) -> Result<Vec<Reg>> {
+        let mut addresses: Vec<Reg> = Vec::new();
+        for (i, relative) in constant_offsets(offsets).into_iter().enumerate() {
+            let address = match relative {
+                Some((earlier, delta)) => {
+                    let delta = self.i32_const(delta);
+                    self.emit(
+                        Op::PtrAdd {
+                            ptr: addresses[earlier],
+                            offset: delta,
+                            elem: tile.elem,
+                        },
+                        Type::Ptr(Space::Shared),
+                    )
+                }
+                None => {
+                    let coords = coords(self, i)?;
+                    let index = self.swizzled_index(&tile.layout, &coords);
+                    self.tile_slot(tile, index)
+                }
+            };
+            addresses.push(address);
+        }
+        Ok(addresses)
+    }
+
     /// The element index (i32) of `coords` in a swizzled tile: [`SwizzledShared::offset`] in
     /// registers.
     pub(super) fn swizzled_index(&mut self, layout: &SwizzledShared, coords: &[Reg]) -> Reg {
@@ -299,8 +337,23 @@ impl Lowering<'_> {
             mma.operand_thread_base(op, warp, 0).to_vec()
         })
         .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
-        let mut addresses = Vec::new();
-        for load in &loads {
+        let thread_offsets: Vec<Vec<usize>> = loads
+            .iter()
+            .map(|load| {
+                (0..mma.num_warps())
+                    .flat_map(|warp| (0..WARP_SIZE).map(move |lane| (warp, lane)))
+                    .map(|(warp, lane)| {
+                        let base = mma.operand_thread_base(op, warp, 0);
+                        let within = load.lane_offset(lane);
+                        let origin = load.origins[0];
+                        tile.layout
+                            .offset(std::array::from_fn(|d| base[d] + within[d] + origin[d]))
+                    })
+                    .collect()
+            })
+            .collect();
+        let addresses = self.tile_addresses(&tile, &thread_offsets, |this, i| {
+            let load = &loads[i];
             let (lane_terms, _) = linear_terms(2, 1, &|_, lane| load.lane_offset(lane).to_vec())
                 .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
             let map = ThreadMap {
@@ -312,10 +365,8 @@ impl Lowering<'_> {
                 registers: vec![load.origins[0].to_vec()],
                 replicas: Vec::new(),
             };
-            let position = self.positions(&map).remove(0);
-            let index = self.swizzled_index(&tile.layout, &position.coords);
-            addresses.push(self.tile_slot(&tile, index));
-        }
+            Ok(this.positions(&map).remove(0).coords)
+        })?;
         Ok(Fragments::Shared {
             tile,
             loads,
@@ -417,5 +468,49 @@ impl Lowering<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+/// For each per-thread offset vector, the first earlier one it equals plus a constant in every
+/// thread, and that constant: `None` where there is none (the vector is a base of its own).
+fn constant_offsets(offsets: &[Vec<usize>]) -> Vec<Option<(usize, i64)>> {
+    let mut relative = Vec::with_capacity(offsets.len());
+    let mut bases: Vec<usize> = Vec::new();
+    for (i, offset) in offsets.iter().enumerate() {
+        let found = bases.iter().find_map(|&b| {
+            let delta = offset[0] as i64 - offsets[b][0] as i64;
+            offset
+                .iter()
+                .zip(&offsets[b])
+                .all(|(&o, &p)| o as i64 - p as i64 == delta)
+                .then_some((b, delta))
+        });
+        if found.is_none() {
+            bases.push(i);
+        }
+        relative.push(found);
+    }
+    relative
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_offsets;
+
+    #[test]
+    fn offsets_group_by_constant_difference() {
+        // Thread offsets of a 3-bit XOR swizzle: k steps 0 and 4 differ by a constant (bit 3
+        // is outside the XOR), k steps 0 and 1 do not.
+        let step = |k: usize| (0..8).map(|t| ((2 * k) ^ t) * 8).collect::<Vec<usize>>();
+        let offsets: Vec<Vec<usize>> = (0..8).map(step).collect();
+        let relative = constant_offsets(&offsets);
+        assert_eq!(&relative[..4], &[None, None, None, None]);
+        for (k, &r) in relative.iter().enumerate().skip(4) {
+            assert_eq!(r, Some((k - 4, 64)), "k step {k}");
+        }
+        assert_eq!(
+            constant_offsets(&[vec![5, 9], vec![2, 6]]),
+            [None, Some((0, -3))]
+        );
     }
 }

@@ -172,7 +172,7 @@ impl Lowering<'_> {
 
     /// The address of the element at `coords` (i32, within the block) of `block`, and whether
     /// it lies inside the array along every checked dimension (`None`: nothing is checked).
-    pub(super) fn block_address(
+    fn block_address(
         &mut self,
         block: &BlockRegs,
         elem: Type,
@@ -195,6 +195,91 @@ impl Lowering<'_> {
             }
         }
         (self.ptr_add(block.base, linear, elem), inside)
+    }
+
+    /// The address and in-bounds predicate of each `vector`-register run of `map` through
+    /// `block`. Where the map is exclusive, a run sits a constant distance from the thread's
+    /// first element: the thread's address and bounds are computed once and each run adds its
+    /// constant, rather than each run computing (and LLVM hoisting out of a loop) a full
+    /// 64-bit address and row check of its own.
+    pub(super) fn block_addresses(
+        &mut self,
+        block: &BlockRegs,
+        elem: Type,
+        map: &ThreadMap,
+        vector: usize,
+        boundary_check: &[usize],
+    ) -> Vec<(Reg, Option<Reg>)> {
+        if !map.is_exclusive() {
+            let positions = self.positions(map);
+            return positions
+                .chunks(vector)
+                .map(|chunk| self.block_address(block, elem, &chunk[0].coords, boundary_check))
+                .collect();
+        }
+        let bases = self.thread_bases(map);
+        let mut linear = self.int_const(Type::I64, 0);
+        let mut starts = Vec::new();
+        for (d, &base) in bases.iter().enumerate() {
+            let base = self.emit(Op::Cast(Cast::SExt, base), Type::I64);
+            let start = self.int(IntOp::Add, block.offsets[d], base);
+            let scaled = self.int(IntOp::Mul, start, block.strides[d]);
+            linear = self.int(IntOp::Add, linear, scaled);
+            starts.push(start);
+        }
+        let thread_address = self.ptr_add(block.base, linear, elem);
+        // Run offsets are small and non-negative, so `start + offset` in `[0, shape)` is
+        // `offset` in `[-start, shape - start)` with both ends clamped to i32: two 32-bit
+        // registers per checked dimension, compared with constants.
+        let bounds: Vec<Option<(Reg, Reg)>> = (0..map.rank())
+            .map(|d| {
+                boundary_check.contains(&d).then(|| {
+                    let zero = self.int_const(Type::I64, 0);
+                    let low = self.int(IntOp::Sub, zero, starts[d]);
+                    let high = self.int(IntOp::Sub, block.shape[d], starts[d]);
+                    (self.clamp_to_i32(low), self.clamp_to_i32(high))
+                })
+            })
+            .collect();
+        map.registers
+            .chunks(vector)
+            .map(|run| {
+                let mut distance: Option<Reg> = None;
+                let mut inside: Option<Reg> = None;
+                for (d, &offset) in run[0].iter().enumerate() {
+                    let offset = offset as i64;
+                    if offset != 0 {
+                        let offset = self.int_const(Type::I64, offset);
+                        let scaled = self.int(IntOp::Mul, offset, block.strides[d]);
+                        distance = Some(match distance {
+                            Some(sum) => self.int(IntOp::Add, sum, scaled),
+                            None => scaled,
+                        });
+                    }
+                    if let Some((low, high)) = bounds[d] {
+                        let offset = self.i32_const(offset);
+                        let above = self.icmp(IntCmp::Sge, offset, low);
+                        let below = self.icmp(IntCmp::Slt, offset, high);
+                        let both = self.int(IntOp::And, above, below);
+                        inside = self.and_pred(inside, Some(both));
+                    }
+                }
+                let address = match distance {
+                    Some(distance) => self.ptr_add(thread_address, distance, elem),
+                    None => thread_address,
+                };
+                (address, inside)
+            })
+            .collect()
+    }
+
+    /// An i64 register clamped to the i32 range and truncated.
+    fn clamp_to_i32(&mut self, value: Reg) -> Reg {
+        let min = self.int_const(Type::I64, i32::MIN as i64);
+        let max = self.int_const(Type::I64, i32::MAX as i64);
+        let clamped = self.int(IntOp::SMax, value, min);
+        let clamped = self.int(IntOp::SMin, clamped, max);
+        self.emit(Op::Cast(Cast::Trunc, clamped), Type::I32)
     }
 
     /// The thread map of a block access of `value` through `ptr`, and how many registers one
@@ -240,11 +325,8 @@ impl Lowering<'_> {
         let (map, vector) = self.block_access(inst, ptr, inst.results[0], boundary_check)?;
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let elem = memory_type(self.dtype(ptr));
-        let positions = self.positions(&map);
         let mut regs = Vec::new();
-        for chunk in positions.chunks(vector) {
-            let (address, inside) =
-                self.block_address(&block, elem, &chunk[0].coords, boundary_check);
+        for (address, inside) in self.block_addresses(&block, elem, &map, vector, boundary_check) {
             if vector == 1 {
                 regs.push(self.load_register(address, dtype, inside, None));
             } else {
@@ -270,13 +352,16 @@ impl Lowering<'_> {
         let (map, vector) = self.block_access(inst, ptr, value, boundary_check)?;
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let elem = memory_type(self.dtype(ptr));
-        let positions = self.positions(&map);
+        let owners: Vec<Option<Reg>> = self.positions(&map).iter().map(|p| p.owner).collect();
         let values = self.regs(value)?;
-        for (chunk, stored) in positions.chunks(vector).zip(values.chunks(vector)) {
-            let (address, inside) =
-                self.block_address(&block, elem, &chunk[0].coords, boundary_check);
+        let addresses = self.block_addresses(&block, elem, &map, vector, boundary_check);
+        for (((address, inside), owner), stored) in addresses
+            .into_iter()
+            .zip(owners.chunks(vector))
+            .zip(values.chunks(vector))
+        {
             // The elements of a run have one owner: its first element's.
-            let pred = self.and_pred(inside, chunk[0].owner);
+            let pred = self.and_pred(inside, owner[0]);
             if vector == 1 {
                 self.store_register(address, stored[0], pred);
             } else {

@@ -39,6 +39,16 @@ pub fn lower(
     options: &CompileOptions,
 ) -> Result<Program> {
     let staged_bytes = dot::staged_bytes(kernel, layouts);
+    let max_shared_bytes = options.target.max_shared_bytes();
+    if staged_bytes > max_shared_bytes {
+        return Err(CodegenError::Options {
+            message: format!(
+                "the tiles staged in shared memory need {staged_bytes} bytes at {} stages; {} \
+                 gives a block at most {max_shared_bytes}: use smaller blocks or fewer stages",
+                options.num_stages, options.target
+            ),
+        });
+    }
     let mut lowering = Lowering {
         kernel,
         layouts,
@@ -53,7 +63,7 @@ pub fn lower(
         fields: HashMap::new(),
         tid: Reg(0),
         shared_bytes: staged_bytes,
-        max_shared_bytes: options.target.max_shared_bytes(),
+        max_shared_bytes,
         scratch: staged_bytes,
         next_staged: 0,
         shared_tiles: HashMap::new(),
@@ -226,16 +236,10 @@ impl Lowering<'_> {
         reg
     }
 
-    /// Each register's position under `map`, from the thread id.
-    pub(super) fn positions(&mut self, map: &ThreadMap) -> Vec<Position> {
-        let mut replicas: Option<Reg> = None;
-        for &field in &map.replicas {
-            let value = self.field(field);
-            let zero = self.i32_const(0);
-            let is_zero = self.icmp(IntCmp::Eq, value, zero);
-            replicas = self.and_pred(replicas, Some(is_zero));
-        }
-        let bases: Vec<Reg> = (0..map.rank())
+    /// The thread-dependent part of every position under `map`, per dimension (i32): register
+    /// `r` sits at this plus `map.registers[r]`.
+    pub(super) fn thread_bases(&mut self, map: &ThreadMap) -> Vec<Reg> {
+        (0..map.rank())
             .map(|d| {
                 let mut base = self.i32_const(0);
                 for term in map.bases[d].clone() {
@@ -246,7 +250,19 @@ impl Lowering<'_> {
                 }
                 base
             })
-            .collect();
+            .collect()
+    }
+
+    /// Each register's position under `map`, from the thread id.
+    pub(super) fn positions(&mut self, map: &ThreadMap) -> Vec<Position> {
+        let mut replicas: Option<Reg> = None;
+        for &field in &map.replicas {
+            let value = self.field(field);
+            let zero = self.i32_const(0);
+            let is_zero = self.icmp(IntCmp::Eq, value, zero);
+            replicas = self.and_pred(replicas, Some(is_zero));
+        }
+        let bases = self.thread_bases(map);
         let mut positions = Vec::new();
         for offsets in &map.registers {
             let mut coords = Vec::new();

@@ -11,7 +11,7 @@ pub const USAGE: &str = "kiln bench [--dtype bf16|f16] [--head-dims 64,128] [--s
                  [--samples N] [--check]";
 
 /// A comma-separated list of positive numbers.
-fn numbers(flag: &str, text: &str) -> Result<Vec<usize>, String> {
+pub fn numbers(flag: &str, text: &str) -> Result<Vec<usize>, String> {
     text.split(',')
         .map(|n| match n.trim().parse() {
             Ok(n) if n > 0 => Ok(n),

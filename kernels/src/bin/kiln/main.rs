@@ -3,6 +3,8 @@
 //! - `kiln demo`, kiln's main job: attention on the CPU interpreter against f64, the forward's PTX
 //!   with its `.loc` lines, and on a GPU the prebuilt kernels checked and timed ([`demo`]).
 //! - `kiln bench`: the prebuilt kernels at the FlashAttention benchmark setup ([`bench`]).
+//! - `kiln tune`: searches the attention kernels' block sizes, warps and stages on this GPU
+//!   ([`tune`]; needs the `codegen` feature to compile candidates).
 //! - `kiln list`: the kernels, their specialisation parameters and default specs, and the
 //!   attention specialisations kiln ships as PTX.
 //! - `kiln <stage> <kernel> [flags]`: one specialisation at one stage of the compiler, from the
@@ -15,6 +17,7 @@ mod bench;
 mod demo;
 mod inspect;
 mod tools;
+mod tune;
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -31,6 +34,10 @@ const USAGE: &str = "usage:
                   attention specialisations kiln ships
   kiln bench      the prebuilt attention kernels on this GPU at the FlashAttention setup:
                   [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...] [--samples N] [--check]
+  kiln tune       searches block sizes, warps and stages of the attention kernels on this GPU,
+                  each candidate compiled from the DSL (needs --features codegen), checked
+                  against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
+                  [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...] [--samples N]
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
                         [--divisibility ARG=N,...]
                   one specialisation of a kernel at one stage:
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("demo") => demo::demo(),
         Some("bench") => bench::run(&args[1..]),
+        Some("tune") => tune::run(&args[1..]),
         Some("list") => emit(&list()),
         Some("help" | "--help" | "-h") => emit(&format!("{USAGE}\n")),
         Some(command) => match inspect::Show::from_name(command) {

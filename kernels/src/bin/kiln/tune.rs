@@ -1,0 +1,185 @@
+//! `kiln tune`: searches block sizes, warps and stages of the attention kernels on this machine's
+//! GPU (`kiln_kernels::tune`): each candidate compiled from the DSL with kiln-codegen, checked
+//! against f64, timed at the benchmark setup; prints every trial and the winners, which belong in
+//! `kernels/src/attention/config.rs` for this GPU's target.
+
+use kiln_dsl::DType;
+use kiln_kernels::attention::AttentionKernel;
+use kiln_kernels::reference::Rng;
+use kiln_kernels::tune::{self, Outcome, Setup};
+use kiln_runtime::Device;
+
+use crate::bench::numbers;
+
+pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
+                [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
+                [--samples N]";
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut dtype = DType::BF16;
+    let mut head_dims = vec![64, 128];
+    let mut masks = vec![false, true];
+    let mut seqlen = 4096;
+    let mut kernels = vec![
+        AttentionKernel::Forward,
+        AttentionKernel::Dq,
+        AttentionKernel::DkDv,
+    ];
+    let mut samples = 10;
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| format!("{flag} expects a value\nusage: {USAGE}"))
+        };
+        match flag.as_str() {
+            "--dtype" => {
+                dtype = match value()?.as_str() {
+                    "bf16" => DType::BF16,
+                    "f16" => DType::F16,
+                    other => return Err(format!("--dtype expects bf16 or f16, got `{other}`")),
+                }
+            }
+            "--head-dims" => head_dims = numbers(flag, value()?)?,
+            "--causal" => {
+                masks = match value()?.as_str() {
+                    "both" => vec![false, true],
+                    "yes" => vec![true],
+                    "no" => vec![false],
+                    other => {
+                        return Err(format!("--causal expects both, yes or no, got `{other}`"));
+                    }
+                }
+            }
+            "--seqlen" => seqlen = numbers(flag, value()?)?[0],
+            "--kernels" => {
+                kernels = value()?
+                    .split(',')
+                    .map(|name| match AttentionKernel::from_name(name.trim()) {
+                        Some(k) if k != AttentionKernel::Preprocess => Ok(k),
+                        _ => Err(format!(
+                            "--kernels expects attention_fwd, attention_bwd_dq or \
+                             attention_bwd_dkdv, got `{name}`"
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--samples" => samples = numbers(flag, value()?)?[0],
+            other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
+        }
+    }
+    let device = Device::current_or_default().map_err(|e| e.to_string())?;
+    let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
+    eprintln!(
+        "kiln tune on {} ({target}): {dtype}, timed at seqlen {seqlen} (batch = 16384 / seqlen, \
+         heads = 2048 / head dim), median of {samples} launches; each candidate checked against \
+         f64 first",
+        device.name().unwrap_or_default()
+    );
+    let mut rng = Rng::new(Rng::fresh_seed());
+    let mut winners = Vec::new();
+    for &head_dim in &head_dims {
+        for &causal in &masks {
+            let setup = Setup {
+                dtype,
+                head_dim,
+                causal,
+                seqlen,
+                kernels: kernels.clone(),
+                samples,
+            };
+            let trials = tune::tune(
+                &device,
+                &setup,
+                &mut compile::candidate,
+                &mut rng,
+                &mut |t| eprintln!("  {} {}: {:?}", t.kernel.name(), t.config, t.outcome),
+            )
+            .map_err(|e| e.to_string())?;
+            crate::say!(
+                "\n### {dtype}, head dim {head_dim}, {}\n",
+                if causal { "causal" } else { "not causal" }
+            );
+            crate::emit(&tune::table(&trials))?;
+            for &kernel in &kernels {
+                let shipped = trials.iter().find(|t| t.kernel == kernel && t.shipped);
+                let line = match (tune::winner(&trials, kernel), shipped) {
+                    (Some(best), Some(shipped)) => {
+                        let speedup = match (&best.outcome, &shipped.outcome) {
+                            (Outcome::Timed { ms: b, .. }, Outcome::Timed { ms: s, .. }) => {
+                                format!("{:.3}x the table's", s / b)
+                            }
+                            _ => "the table's did not run".to_string(),
+                        };
+                        format!(
+                            "{} d{head_dim}{}: {} ({speedup}: {})",
+                            kernel.name(),
+                            if causal { " causal" } else { "" },
+                            best.config,
+                            shipped.config
+                        )
+                    }
+                    _ => format!("{}: no candidate ran correctly", kernel.name()),
+                };
+                winners.push(line);
+            }
+        }
+    }
+    crate::say!("\n### winners on {target}\n");
+    for line in winners {
+        crate::say!("- {line}");
+    }
+    Ok(())
+}
+
+#[cfg(feature = "codegen")]
+mod compile {
+    use kiln_dsl::Target;
+    use kiln_kernels::attention::gpu::Candidate;
+    use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig, plan, prebuilt};
+
+    /// `kernel` of `p` at `config` for `target`, compiled as kiln compiles what it ships.
+    pub fn candidate(
+        kernel: AttentionKernel,
+        p: &AttentionParams,
+        config: KernelConfig,
+        target: Target,
+    ) -> Result<Candidate, String> {
+        let ir = kernel.build(&p.spec(config)).map_err(|e| e.to_string())?;
+        let options = prebuilt::divisibility(kernel).into_iter().fold(
+            kiln_codegen::CompileOptions::new(target, config.num_warps)
+                .with_stages(config.num_stages),
+            |options, (name, n)| options.with_divisibility(name, n),
+        );
+        let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
+        Ok(Candidate {
+            name: plan::specialisation_name(kernel, p, target),
+            kernel,
+            config,
+            ptx: compiled.ptx().to_string(),
+            shared_bytes: compiled.dynamic_shared_bytes(),
+        })
+    }
+}
+
+#[cfg(not(feature = "codegen"))]
+mod compile {
+    use kiln_dsl::Target;
+    use kiln_kernels::attention::gpu::Candidate;
+    use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig};
+
+    /// Without kiln-codegen there is nothing to compile candidates with.
+    pub fn candidate(
+        _: AttentionKernel,
+        _: &AttentionParams,
+        _: KernelConfig,
+        _: Target,
+    ) -> Result<Candidate, String> {
+        Err(
+            "kiln tune compiles its candidates with kiln-codegen (LLVM), which this kiln was \
+             built without: cargo run --release -p kiln-kernels --features codegen --bin kiln -- \
+             tune"
+                .to_string(),
+        )
+    }
+}

@@ -1,0 +1,291 @@
+//! Autotuning the attention kernels on a GPU: for one dtype, head dim and mask, each candidate
+//! configuration of a kernel (forward, dQ, dK/dV; [`candidates`]) is compiled by the caller
+//! (kiln-codegen, which this crate does not link), checked against the f64 reference on a ragged
+//! GQA problem, and timed at the benchmark setup with the rest of the call as shipped. The
+//! fastest correct candidate per kernel is what `attention::config`'s table should say for that
+//! target; `kiln tune` runs this and prints the trials and the winners.
+
+use kiln_dsl::{DType, Target};
+use kiln_runtime::Device;
+
+use crate::attention::check::Tolerance;
+use crate::attention::gpu::{self, Candidate, Overrides};
+use crate::attention::{AttentionError, AttentionKernel, AttentionParams, KernelConfig};
+use crate::bench::{self, HeadReference, Pass, Problem};
+use crate::reference::Rng;
+
+/// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps;
+/// the forward keeps at least 64 query rows and tries 2 and 3 pipeline stages, the backward
+/// kernels (whose loops hold twice the tiles) 2. The compiler refuses what does not fit (shared
+/// memory, warps the tile cannot feed); those trials say so.
+pub fn candidates(kernel: AttentionKernel) -> Vec<KernelConfig> {
+    let (block_ms, stages): (&[usize], &[u32]) = match kernel {
+        AttentionKernel::Forward => (&[64, 128], &[2, 3]),
+        _ => (&[32, 64, 128], &[2]),
+    };
+    let mut all = Vec::new();
+    for &block_m in block_ms {
+        for block_n in [32, 64, 128] {
+            for num_warps in [4, 8] {
+                for &num_stages in stages {
+                    all.push(KernelConfig::new(block_m, block_n, num_warps, num_stages));
+                }
+            }
+        }
+    }
+    all
+}
+
+/// What became of one candidate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Correct; the median milliseconds of the pass it is part of.
+    Timed { ms: f64, tflops: f64 },
+    /// It ran, and disagreed with the f64 reference.
+    Wrong(Vec<String>),
+    /// It did not compile, load or launch.
+    Failed(String),
+}
+
+/// One candidate of one kernel, and what became of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trial {
+    pub kernel: AttentionKernel,
+    pub config: KernelConfig,
+    /// Whether it is the table's configuration.
+    pub shipped: bool,
+    pub outcome: Outcome,
+}
+
+/// What to tune, and how long to time each candidate.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub dtype: DType,
+    pub head_dim: usize,
+    pub causal: bool,
+    /// The benchmark setup's sequence length to time at.
+    pub seqlen: usize,
+    pub kernels: Vec<AttentionKernel>,
+    pub samples: usize,
+}
+
+/// Compiles one candidate: `kernel` of the call `p` at `config` for `target`.
+pub type Compile<'a> = dyn FnMut(AttentionKernel, &AttentionParams, KernelConfig, Target) -> Result<Candidate, String>
+    + 'a;
+
+/// Runs every candidate of every kernel of `setup` on `device`, the table's configuration
+/// included; `progress` hears of each trial as it ends.
+pub fn tune(
+    device: &Device,
+    setup: &Setup,
+    compile: &mut Compile<'_>,
+    rng: &mut Rng,
+    progress: &mut dyn FnMut(&Trial),
+) -> Result<Vec<Trial>, AttentionError> {
+    let target = gpu::target(device)?;
+    let timed = bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen);
+    let table = timed.config(target)?;
+    // Ragged along every block size, unequal lengths, two query heads per kv head.
+    let checked = AttentionParams {
+        batch: 1,
+        seqlen_q: 777,
+        seqlen_k: 1000,
+        heads_q: 2,
+        heads_kv: 1,
+        ..timed
+    };
+    let mut check = Problem::random(device, checked, rng)?;
+    let reference = check.reference_head(device, 0, 0)?;
+    let mut time = Problem::random(device, timed, rng)?;
+    let mut trials = Vec::new();
+    for &kernel in &setup.kernels {
+        let shipped = table.kernel(kernel);
+        let mut configs = candidates(kernel);
+        configs.retain(|&c| c != shipped);
+        configs.insert(0, shipped);
+        for config in configs {
+            let outcome = match compile(kernel, &timed, config, target) {
+                Err(message) => Outcome::Failed(message),
+                Ok(candidate) => {
+                    let overrides = Overrides::default().with(candidate);
+                    let problems = Problems {
+                        check: &mut check,
+                        reference: &reference,
+                        time: &mut time,
+                    };
+                    trial(device, setup, kernel, &overrides, problems)
+                        .unwrap_or_else(|e| Outcome::Failed(e.to_string()))
+                }
+            };
+            let trial = Trial {
+                kernel,
+                config,
+                shipped: config == shipped,
+                outcome,
+            };
+            progress(&trial);
+            trials.push(trial);
+        }
+    }
+    Ok(trials)
+}
+
+/// The problems every candidate runs: one checked against its f64 reference, one timed.
+struct Problems<'a> {
+    check: &'a mut Problem,
+    reference: &'a HeadReference,
+    time: &'a mut Problem,
+}
+
+/// Checks, then times, one candidate.
+fn trial(
+    device: &Device,
+    setup: &Setup,
+    kernel: AttentionKernel,
+    overrides: &Overrides,
+    Problems {
+        check,
+        reference,
+        time,
+    }: Problems<'_>,
+) -> Result<Outcome, AttentionError> {
+    check.overrides = overrides.clone();
+    check.poison(device)?;
+    check.forward(device)?;
+    check.backward(device)?;
+    let failures = check
+        .compare_head(device, reference)?
+        .failures(Tolerance::for_dtype(setup.dtype));
+    if !failures.is_empty() {
+        return Ok(Outcome::Wrong(failures));
+    }
+    time.overrides = overrides.clone();
+    let (pass, flops) = match kernel {
+        AttentionKernel::Forward => (Pass::Forward, 1.0),
+        _ => {
+            // The backward reads the forward's outputs.
+            time.forward(device)?;
+            (Pass::Backward, 2.5)
+        }
+    };
+    let ms = time.median_ms(device, setup.samples, pass)?;
+    let tflops = flops * bench::forward_flops(&time.params) / ms / 1e9;
+    Ok(Outcome::Timed { ms, tflops })
+}
+
+/// The fastest correct trial of `kernel`, if any.
+pub fn winner(trials: &[Trial], kernel: AttentionKernel) -> Option<&Trial> {
+    trials
+        .iter()
+        .filter(|t| t.kernel == kernel)
+        .filter_map(|t| match t.outcome {
+            Outcome::Timed { ms, .. } => Some((t, ms)),
+            _ => None,
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(t, _)| t)
+}
+
+/// The trials as a Markdown table, each timed one beside the table's configuration.
+pub fn table(trials: &[Trial]) -> String {
+    let mut out = String::from(
+        "| kernel | configuration | shipped | pass ms | TFLOP/s | vs shipped | outcome |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for t in trials {
+        let shipped_ms = trials.iter().find_map(|s| match s.outcome {
+            Outcome::Timed { ms, .. } if s.shipped && s.kernel == t.kernel => Some(ms),
+            _ => None,
+        });
+        let (ms, tflops, ratio, outcome) = match &t.outcome {
+            Outcome::Timed { ms, tflops } => (
+                format!("{ms:.3}"),
+                format!("{tflops:.1}"),
+                shipped_ms.map_or("-".into(), |s| format!("{:.3}", s / ms)),
+                "ok".to_string(),
+            ),
+            Outcome::Wrong(failures) => (
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                format!("WRONG: {}", failures.join("; ")),
+            ),
+            Outcome::Failed(message) => (
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                // The first line says why; the rest is the compiler's or driver's detail.
+                format!("failed: {}", message.lines().next().unwrap_or_default()),
+            ),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {ms} | {tflops} | {ratio} | {outcome} |\n",
+            t.kernel.name(),
+            t.config,
+            if t.shipped { "yes" } else { "" },
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::config;
+
+    #[test]
+    fn the_search_covers_the_sm_90a_table() {
+        for head_dim in [64, 128] {
+            for causal in [false, true] {
+                let table = config(head_dim, causal, Target::Sm90a).unwrap();
+                for kernel in [
+                    AttentionKernel::Forward,
+                    AttentionKernel::Dq,
+                    AttentionKernel::DkDv,
+                ] {
+                    let shipped = table.kernel(kernel);
+                    assert!(
+                        candidates(kernel).contains(&shipped),
+                        "{kernel:?} d{head_dim}: {shipped}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_winner_is_the_fastest_correct_trial() {
+        let trial = |block_m, shipped, outcome| Trial {
+            kernel: AttentionKernel::Dq,
+            config: KernelConfig::new(block_m, 64, 4, 2),
+            shipped,
+            outcome,
+        };
+        let trials = [
+            trial(
+                64,
+                true,
+                Outcome::Timed {
+                    ms: 2.0,
+                    tflops: 100.0,
+                },
+            ),
+            trial(32, false, Outcome::Wrong(vec!["dq off".into()])),
+            trial(
+                128,
+                false,
+                Outcome::Timed {
+                    ms: 1.6,
+                    tflops: 125.0,
+                },
+            ),
+            trial(16, false, Outcome::Failed("shared memory\ndetail".into())),
+        ];
+        assert_eq!(winner(&trials, AttentionKernel::Dq), Some(&trials[2]));
+        assert_eq!(winner(&trials, AttentionKernel::Forward), None);
+        let table = table(&trials);
+        assert!(table.contains("| 128 x 64, 4 warps, 2 stages |  | 1.600 | 125.0 | 1.250 | ok |"));
+        assert!(table.contains("WRONG: dq off"), "{table}");
+        assert!(table.contains("failed: shared memory |"), "{table}");
+    }
+}
