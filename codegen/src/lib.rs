@@ -15,7 +15,7 @@
 //! | `layout` | [`layout`] | the same IR with a [`layout::Layout`] on every tile value, and the conversions |
 //! | `thread` | [`thread`] | the thread program: what one thread runs, registers, shuffles, shared memory; each instruction keeps its tile op's source location (not shown) |
 //! | `llir` | [`llvm`] | LLVM NVVM IR translated op for op from the thread program, verified; line info as `!dbg` locations |
-//! | `llir-opt` | [`ptx`] | the LLVM IR after LLVM's `O3` pipeline: what the NVPTX back end gets |
+//! | `llir-opt` | [`ptx`] | the LLVM IR after kiln's pass pipeline ([`ptx::PIPELINE`]): what the NVPTX back end gets |
 //! | `ptx` | [`ptx`] | PTX for the chosen [`Target`], byte-identical for the same input, with `.loc` lines at the DSL source ([`CompileOptions::line_info`]) |
 //!
 //! Beside the pipeline, [`emulate`] runs the thread program on the CPU for a whole grid (every

@@ -241,7 +241,7 @@ fn copy(buffer: &HostBuffer) -> HostBuffer {
 /// Runs `run` on the interpreter and, on copies of its buffers, on the emulator; returns what
 /// comparing them found.
 fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
-    let options = case_options(case, Target::Sm80);
+    let options = case_options(case, case.target);
     let program =
         thread_program(&case.kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let emulated: Vec<HostBuffer> = run.buffers.iter().map(copy).collect();
@@ -1545,7 +1545,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
             |options, (arg, n)| options.with_divisibility(arg, n),
         );
         // Best of 3 of the whole, and of its parts: building the IR from the DSL, the layout and
-        // thread stages, and the rest (LLVM IR, O3, NVPTX).
+        // thread stages, and the rest (LLVM IR, passes, NVPTX).
         let ms = |start: std::time::Instant| start.elapsed().as_secs_f64() * 1e3;
         let (mut best, mut build, mut thread) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..3 {
@@ -1560,7 +1560,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
         }
         println!(
             "compile cost {name}: {best:.1} ms (DSL -> PTX, best of 3): build {build:.1} ms, \
-             layout + thread {thread:.1} ms, LLVM (IR, O3, NVPTX) {:.1} ms",
+             layout + thread {thread:.1} ms, LLVM (IR, passes, NVPTX) {:.1} ms",
             best - build - thread
         );
         assert!(best < 1000.0, "{name} took {best:.0} ms to compile");

@@ -8,7 +8,9 @@
 
 use kiln_dsl::kernel;
 
-use super::common::{check_head_dim, head_base, key_range, lse_log2, mask_scores, row_block};
+use super::common::{
+    check_head_dim, head_base, key_range, lse_log2, mask_scores, query_block, row_block,
+};
 
 /// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32.
 #[kernel]
@@ -80,7 +82,7 @@ pub fn attention_bwd_dq<
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
-    let start_m = program_id(0);
+    let start_m = query_block::<CAUSAL>();
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;

@@ -20,7 +20,10 @@ use crate::reference::{self, AttentionReference, Rng, row_error, row_error_condi
 ///   (`reference::row_error_conditioned`) it stays within about u (seen: 1.1u); measured as a plain
 ///   relative error it reaches 10u at ordinary scores (|s| ~ 1) and more when the softmax is nearly
 ///   one-hot (|s| ~ 100), where only the conditioned measure is meaningful.
-/// - LSE is computed in f32 from the rounded inputs, as the reference: within f32 rounding.
+/// - LSE is computed in f32 from scores the tensor cores sum in their own order and precision:
+///   within f32 rounding of the largest score (|s| ~ 30 at head dim 128). One GPU run against the
+///   interpreter reached 1.1e-5 of max(1, |lse|) (bf16, 97 x 70, head dim 128, causal), so the bar
+///   for 16-bit inputs is 3e-5.
 ///
 /// Each bar is about 3x the worst error seen over many runs of the test shapes. f32 runs
 /// (interpreter only) differ from f64 only in summation order.
@@ -54,7 +57,7 @@ impl Tolerance {
             o: 3.0 * u,
             grad: 25.0 * u,
             grad_terms: 3.0 * u,
-            lse: 1e-5,
+            lse: 3e-5,
         }
     }
 }

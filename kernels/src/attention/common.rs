@@ -49,6 +49,19 @@ pub fn row_block<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
+/// The query block this dQ program holds. Causal, a block's work grows with its index, so
+/// programs take the last (longest) blocks first: the grid's last wave then runs the shortest
+/// ones instead of leaving most SMs idle while the longest finish (+1-5% at 16k on an H100,
+/// docs/PERF.md; the forward measured no gain from it).
+#[kernel_fn]
+pub fn query_block<const CAUSAL: bool>() -> i32 {
+    if CAUSAL {
+        num_programs(0) - 1 - program_id(0)
+    } else {
+        program_id(0)
+    }
+}
+
 /// The keys query block `start_m` visits, `0..end_n`, and `full_end`, where the key tiles that
 /// need no mask end (a multiple of `BLOCK_N`): tiles past `seqlen_k`, and causal, tiles that cross
 /// the diagonal of the block's first row, need one. A causal block ends at its last row's

@@ -8,23 +8,25 @@
 //!
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
+//! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 128 x 64, 4, 2 | 64 x 128, 4, 2 |
 //! | sm_90a | 64 | 128 x 128, 4, 3 (causal: 128 x 64, 4, 2) | 64, 4 | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
 //! | sm_90a | 128 | 128 x 64, 4, 2 | 64, 4 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
-//! | both | 32; sm_80: 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_90a | 256 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
-//! | both | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
+//! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
-//! The sm_90a entries at head dims 64 and 128 are `kiln tune`'s winners on an H100 (bf16,
-//! seqlen 4096; every candidate checked against f64 first; docs/PERF.md, 2026-11-22): all four
-//! warps, 128 query rows where the kernel holds query rows. Several spill a little (16 to 220
-//! bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
-//! shared-memory reads of K and V per `mma` against 16, which outweighs a few spilled values.
-//! The other entries are not tuned yet (no Ampere GPU has run `kiln tune`; head dims 32 and 256
-//! were not searched): FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a
-//! program's tiles in registers; at 128 on sm_80, 64-row blocks of 4 warps (two per SM), 8 warps
-//! where 4 cannot hold the accumulators without spilling. Stages are kiln-codegen's
-//! `CompileOptions::num_stages` for the kernel's streaming loop: shared buffers per streamed
-//! tile, one tile in flight with `cp.async` while the program computes on another.
+//! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
+//! checked against f64 first; docs/PERF.md, 2026-11-22): four warps and 128 query rows wherever
+//! the kernel holds query rows, except at head dim 256, whose accumulators need 8 warps. Several
+//! spill a little (16 to 220 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows
+//! per warp halve the shared-memory reads of K and V per `mma` against 16, which outweighs a few
+//! spilled values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
+//! FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a program's tiles in
+//! registers; at 128, 64-row blocks of 4 warps (two per SM), 8 warps where 4 cannot hold the
+//! accumulators without spilling. Stages are kiln-codegen's `CompileOptions::num_stages` for the
+//! kernel's streaming loop: shared buffers per streamed tile, one tile in flight with `cp.async`
+//! while the program computes on another.
 //!
 //! ptxas allocates registers differently for sm_80, where dK/dV at head dim 128 with 64-row
 //! Q/dO tiles spills 28 bytes once pipelined, so sm_80 streams 32-row tiles (237 registers, no
@@ -131,11 +133,14 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {
         // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22).
+        (Target::Sm90a, 32) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(64, 128, 4, 2)],
         (Target::Sm90a, 64) if causal => [c(128, 64, 4, 2), c(128, 64, 4, 2), c(128, 64, 4, 2)],
         (Target::Sm90a, 64) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(128, 64, 4, 2)],
         (Target::Sm90a, 128) => [c(128, 64, 4, 2), c(128, 32, 4, 2), c(64, 64, 4, 2)],
-        // Not tuned yet: FlashAttention-2's sm_80 shapes, which fit without spills.
-        (_, 32 | 64) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
+        (Target::Sm90a, 256) => [c(128, 64, 8, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
+        // Not tuned yet (no Ampere GPU here): FlashAttention-2's sm_80 shapes, which fit
+        // without spills, halved at head dim 256.
+        (Target::Sm80, 32 | 64) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
         (Target::Sm80, 128) => [
             // A third stage helps the full loop (+2.7% at 4k on an H200) and hurts the
             // causal one's short loops (-1.6%): docs/PERF.md.
@@ -143,7 +148,7 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
             c(64, 64, 8, 2),
             c(32, 64, 8, 2),
         ],
-        (_, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
+        (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };
     Some(AttentionConfig {

@@ -45,7 +45,7 @@ const USAGE: &str = "usage:
     layout        the tile IR with a layout on every value
     thread        the thread program: what one thread runs
     llvm          LLVM IR as translated, verified
-    llvm-opt      LLVM IR after LLVM's O3
+    llvm-opt      LLVM IR after kiln's LLVM pass pipeline
     ptx           PTX
     sass          the machine code: ptxas, then cuobjdump -sass (or nvdisasm)
     resources     ptxas -v: registers, shared memory, spills, stack frame
