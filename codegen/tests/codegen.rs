@@ -971,7 +971,8 @@ fn every_op<T, const BLOCK: usize>(
     let f = load(flags + offs, mask);
     let math =
         exp(v) + exp2(v) + log(abs(v)) + log2(abs(v)) + tanh(v) + sqrt(abs(v)) + rsqrt(abs(v));
-    let arith = maximum(-v, v * s) - minimum(v / s, v) + (v * 2.0).to::<T>().to::<f32>();
+    let arith =
+        maximum(-v, v * s) - minimum(v / s, v) + (v * 2.0).to::<T>().to::<f32>() + fma(v, s, 1.0);
     let int_math = (i / 3 + i % 5 - abs(i) * (i << 2) + (i >> 1)) ^ (i & 12) | (!i);
     let int_minmax = maximum(i, 0) + minimum(i, 10) + (w / 2 + w % 3 - w).to::<i32>();
     let logic = (f && (v > 0.0)) || (f ^ (i == 3)) || !(v <= 1.0) || (i != 2) && (v >= -1.0);

@@ -141,6 +141,12 @@ pub enum Op {
         if_true: Value,
         if_false: Value,
     },
+    /// `a * b + c` on f32, rounded once (`fma.rn.f32`).
+    Fma {
+        a: Value,
+        b: Value,
+        c: Value,
+    },
     /// Reduces `axis` away; floats accumulate in f32.
     Reduce {
         op: ReduceOp,
@@ -259,6 +265,7 @@ impl Op {
                 CmpOp::Ne => "cmp_ne",
             },
             Op::Select { .. } => "select",
+            Op::Fma { .. } => "fma",
             Op::Reduce { op, .. } => match op {
                 ReduceOp::Sum => "reduce_sum",
                 ReduceOp::Max => "reduce_max",

@@ -147,6 +147,11 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
             f(*if_true);
             f(*if_false);
         }
+        Op::Fma { a, b, c } => {
+            f(*a);
+            f(*b);
+            f(*c);
+        }
         Op::Dot { lhs, rhs, acc } => {
             f(*lhs);
             f(*rhs);

@@ -74,6 +74,7 @@ impl Printer<'_> {
                 if_false,
             } => format!(" {}", self.list(&[*cond, *if_true, *if_false])),
             Op::Dot { lhs, rhs, acc } => format!(" {}", self.list(&[*lhs, *rhs, *acc])),
+            Op::Fma { a, b, c } => format!(" {}", self.list(&[*a, *b, *c])),
             Op::AddPtr { ptr, offset } => format!(" {}", self.list(&[*ptr, *offset])),
             Op::Load { ptr, mask, other } => {
                 let mut s = format!(" {}", v(self, ptr));

@@ -118,6 +118,63 @@ fn arithmetic_rounds_like_the_gpu() {
 }
 
 #[kernel]
+fn fused(x: Ptr<f32>, out: Ptr<f32>, twice: Ptr<f32>, s: f32) {
+    let i = arange(0, 4);
+    let v = load(x + i);
+    // Row broadcast of a scalar into a tile: `fma` broadcasts all three operands.
+    store(out + i, fma(v, v, -1.0));
+    store(twice + i, v * v - 1.0 + s);
+}
+
+#[test]
+fn fma_rounds_once() {
+    let kernel = fused::build(&Spec::new()).unwrap();
+    // (1 + 2^-12)^2 - 1 = 2^-11 + 2^-24: the square rounds the 2^-24 away, a fused op keeps it.
+    let e = 2f32.powi(-12);
+    let xs = [1.0 + e, 3.0, -0.5, 1.0];
+    let x = HostBuffer::from_f32(F32, &xs);
+    let out = HostBuffer::poisoned(F32, 4);
+    let twice = HostBuffer::poisoned(F32, 4);
+    let args = [
+        KernelArg::Buffer(&x),
+        KernelArg::Buffer(&out),
+        KernelArg::Buffer(&twice),
+        KernelArg::F32(0.0),
+    ];
+    run(&kernel, one_program(), &args).unwrap();
+    let fused = out.to_f32();
+    assert_eq!(fused, xs.map(|v| v.mul_add(v, -1.0)).to_vec());
+    assert_eq!(fused[0], 2f32.powi(-11) + 2f32.powi(-24));
+    assert_eq!(twice.to_f32()[0], 2f32.powi(-11));
+    assert_eq!(&fused[1..], &twice.to_f32()[1..]);
+}
+
+#[kernel]
+fn half_fma<T>(x: Ptr<T>) {
+    let v = load(x + arange(0, 4));
+    let w = fma(v, v, v);
+}
+
+#[test]
+fn fma_takes_f32_only() {
+    let err = half_fma::build(&Spec::new().dtype("T", F16))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("`fma` expects f32 operands, got f16[4]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "dsl/tests/interp.rs:{}:",
+            line_of("let w = fma(v, v, v)")
+        )),
+        "{err}"
+    );
+    half_fma::build(&Spec::new().dtype("T", F32)).unwrap();
+}
+
+#[kernel]
 fn sum_of_products<const K: usize>(a: Ptr<f16>, b: Ptr<f16>, out: Ptr<f32>) {
     let rows = arange(0, 16);
     let ks = arange(0, K);

@@ -57,7 +57,7 @@ use proc_macro::TokenStream;
 /// `f32::NEG_INFINITY`, and these functions and methods (see kiln-dsl's `Builder` for each):
 /// `program_id`, `num_programs`, `arange`, `zeros`, `full`, `load`, `store`, `make_block_ptr`,
 /// `advance`, `dot`, `trans`, `expand_dims`, `broadcast_to`, `sum`, `max`, `min`, `maximum`,
-/// `minimum`, `where_`, `exp2`, `exp`, `log2`, `log`, `tanh`, `sqrt`, `rsqrt`, `abs`, `cdiv`,
+/// `minimum`, `where_`, `fma`, `exp2`, `exp`, `log2`, `log`, `tanh`, `sqrt`, `rsqrt`, `abs`, `cdiv`,
 /// `cast`, `static_assert`; `x.to::<D>()`, `x.trans()`, `x.expand_dims(axis)`,
 /// `x.broadcast_to([..])`, `x.sum(axis)`, `x.max(axis)`, `x.min(axis)` and the math functions as
 /// methods (`x.exp2()`). Anything else is a compile error that says what to write instead.

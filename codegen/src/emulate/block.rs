@@ -539,6 +539,7 @@ impl BlockState<'_, '_> {
                     get(if_false)
                 }
             }
+            Op::Fma { a, b, c } => bits_of(f32_of(get(a)).mul_add(f32_of(get(b)), f32_of(get(c)))),
             Op::Cast(cast, x) => self.cast(*cast, get(x), self.ty(*x), ty)?,
             Op::PtrAdd { ptr, offset, elem } => {
                 let offset = signed(get(offset), self.ty(*offset));

@@ -304,6 +304,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 if_true,
                 if_false,
             } => tie(&[results[0], *cond, *if_true, *if_false]),
+            Op::Fma { a, b, c } => tie(&[results[0], *a, *b, *c]),
             Op::AddPtr { ptr, offset } => tie(&[results[0], *ptr, *offset]),
             Op::Load { ptr, mask, other } => {
                 let mut tied = vec![results[0], *ptr];

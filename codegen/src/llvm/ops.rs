@@ -239,6 +239,12 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.value(*if_false)?,
                 "",
             )?,
+            // `llvm.fma` rounds once; NVPTX selects `fma.rn.f32`.
+            Op::Fma { a, b, c } => self.call_intrinsic(
+                "llvm.fma",
+                &[self.context.f32_type().into()],
+                &[self.value(*a)?, self.value(*b)?, self.value(*c)?],
+            )?,
             Op::Cast(cast, x) => self.cast(*cast, self.value(*x)?, ty)?,
             Op::PtrAdd { ptr, offset, elem } => {
                 let elem = super::llvm_type(self.context, *elem);

@@ -215,6 +215,12 @@ pub enum Op {
         if_true: Reg,
         if_false: Reg,
     },
+    /// `a * b + c` on f32, rounded once: `fma.rn.f32`.
+    Fma {
+        a: Reg,
+        b: Reg,
+        c: Reg,
+    },
     Cast(Cast, Reg),
     /// `ptr + offset * elem.bytes()` (a signed offset of any integer type, sign-extended).
     PtrAdd {

@@ -102,6 +102,7 @@ fn op_text(op: &Op) -> String {
             if_true,
             if_false,
         } => format!("selp {}", regs(&[*if_true, *if_false, *cond])),
+        Op::Fma { a, b, c } => format!("fma.rn {}", regs(&[*a, *b, *c])),
         Op::Cast(c, a) => format!("{} {}", cast_name(*c), reg(*a)),
         Op::PtrAdd { ptr, offset, elem } => {
             format!("ptradd {}, {} x {}", reg(*ptr), reg(*offset), elem.bytes())

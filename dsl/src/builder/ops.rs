@@ -240,6 +240,24 @@ impl Builder {
         ))
     }
 
+    /// `fma(a, b, c)`: `a * b + c` on f32 with one rounding, as `fma.rn.f32` (where `a * b + c`
+    /// rounds twice), broadcasting all three.
+    pub fn fma(&mut self, a: Value, b: Value, c: Value, loc: Loc) -> Result<Value> {
+        for v in [a, b, c] {
+            if self.number_dtype(v, "`fma`", loc)? != DType::F32 {
+                return Err(Error::semantic(
+                    loc,
+                    format!("`fma` expects f32 operands, got {}", self.ty(v)),
+                ));
+            }
+        }
+        let shape = self.common_shape(&[a, b, c], "`fma`", loc)?;
+        let [a, b, c] = [a, b, c].map(|v| self.broadcast_value(v, &shape, loc));
+        let (a, b, c) = (a?, b?, c?);
+        let ty = self.ty(a).clone();
+        Ok(self.push1(Op::Fma { a, b, c }, ty, loc))
+    }
+
     /// `expand_dims(x, axis)`, `x.expand_dims(axis)`: inserts a size-1 dimension; Triton's
     /// `x[:, None]` is `x.expand_dims(1)` and `x[None, :]` is `x.expand_dims(0)`.
     pub fn expand_dims(&mut self, value: Value, axis: Value, loc: Loc) -> Result<Value> {

@@ -219,6 +219,12 @@ impl Program<'_, '_> {
                     _ => unreachable!("the builder unified select's operands"),
                 })
             }
+            Op::Fma { a, b, c } => one(Data::Float(
+                (self.floats(*a).iter().zip(self.floats(*b)))
+                    .zip(self.floats(*c))
+                    .map(|((&a, &b), &c)| a.mul_add(b, c))
+                    .collect(),
+            )),
             Op::Reduce { op, value, axis } => {
                 let dtype = result_dtype().expect("reductions give numbers");
                 one(self.reduce(*op, *value, *axis, dtype))

@@ -300,12 +300,15 @@ pub fn designed_cases() -> Vec<Case> {
         c.input_scale = 10.0;
         cases.push(c);
     }
-    // Strided layouts and other softmax scales.
+    // Strided layouts and other softmax scales, zero and negative ones too (the C interface takes
+    // any finite scale): the kernels must not scale a masked -inf into NaN or +inf.
     for (dtype, layout, causal, scale) in [
         (F16, LayoutKind::Padded, true, 0.3),
         (BF16, LayoutKind::HeadsMajor, false, 1.0),
         (F16, LayoutKind::HeadsMajor, true, 0.125),
         (BF16, LayoutKind::Padded, false, 0.05),
+        (F16, LayoutKind::Packed, true, -0.2),
+        (BF16, LayoutKind::Padded, true, 0.0),
     ] {
         let mut c = case(dtype, 2, 70, 45, 4, 2, 64, causal);
         c.layout = layout;

@@ -758,9 +758,10 @@ pub fn forward_with(
     unsafe { launch_forward_checked(device.context(), device.raw_stream(), p, &at, overrides) }
 }
 
-/// Attention backward on `device`'s stream: from the forward's inputs, its `o` and `lse`, and
-/// the output gradient `d_o`, writes dQ, dK and dV (GQA's groups summed into dK/dV). The split
-/// kernels make it bitwise the same on every run. Queued, not waited for.
+/// Attention backward on `device`'s stream: from `inputs = [q, k, v, o, d_o]` (the forward's
+/// inputs and output, and the output gradient) and the forward's `lse`, writes dQ, dK and dV
+/// (GQA's groups summed into dK/dV). The split kernels make it bitwise the same on every run.
+/// Queued, not waited for.
 ///
 /// ```no_run
 /// use kiln_kernels::attention::gpu::{self, Device, DeviceTensor, DeviceTensorMut, Gradients};
@@ -801,18 +802,11 @@ pub fn forward_with(
 pub fn backward(
     device: &Device,
     p: &AttentionParams,
-    [q, k, v, o, d_o]: [DeviceTensor<'_>; 5],
+    inputs: [DeviceTensor<'_>; 5],
     lse: &DeviceBuffer,
     grads: Gradients<'_>,
 ) -> Result<(), AttentionError> {
-    backward_with(
-        device,
-        p,
-        [q, k, v, o, d_o],
-        lse,
-        grads,
-        &Overrides::default(),
-    )
+    backward_with(device, p, inputs, lse, grads, &Overrides::default())
 }
 
 /// [`backward`] running `overrides`' candidates in place of the shipped kernels.

@@ -152,6 +152,9 @@ impl Generator {
                 vec![Value(cond), Value(if_true), Value(if_false)],
                 span,
             ),
+            ExprKind::Fma(a, b, c) => {
+                self.builder_call("fma", vec![Value(a), Value(b), Value(c)], span)
+            }
             ExprKind::Cdiv(lhs, rhs) => {
                 self.builder_call("cdiv", vec![Value(lhs), Value(rhs)], span)
             }

@@ -42,6 +42,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
     ("maximum", "`maximum(a, b)`"),
     ("minimum", "`minimum(a, b)`"),
     ("where_", "`where_(cond, a, b)`"),
+    ("fma", "`fma(a, b, c)`"),
     ("exp2", "`exp2(x)`"),
     ("exp", "`exp(x)`"),
     ("log2", "`log2(x)`"),
@@ -263,6 +264,14 @@ impl BodyParser {
             "where_" => {
                 arity(&[3])?;
                 ExprKind::Select(
+                    self.parse_boxed(args[0])?,
+                    self.parse_boxed(args[1])?,
+                    self.parse_boxed(args[2])?,
+                )
+            }
+            "fma" => {
+                arity(&[3])?;
+                ExprKind::Fma(
                     self.parse_boxed(args[0])?,
                     self.parse_boxed(args[1])?,
                     self.parse_boxed(args[2])?,

@@ -294,6 +294,8 @@ pub(crate) enum ExprKind {
     Reduce(ReduceOp, Box<Expr>, Box<Expr>),
     /// `where_(cond, if_true, if_false)`.
     Select(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `fma(a, b, c)`.
+    Fma(Box<Expr>, Box<Expr>, Box<Expr>),
     Cdiv(Box<Expr>, Box<Expr>),
     If(Box<IfValue>),
     /// A call of a `#[kernel_fn]` that gives one value.
@@ -377,6 +379,7 @@ impl ExprKind {
                 .collect(),
             ExprKind::BroadcastTo(value, shape) => [&**value].into_iter().chain(shape).collect(),
             ExprKind::Select(cond, if_true, if_false) => vec![&**cond, &**if_true, &**if_false],
+            ExprKind::Fma(a, b, c) => vec![&**a, &**b, &**c],
             ExprKind::If(if_value) => vec![&if_value.cond],
             ExprKind::Call(call) => call.operands(),
         }

@@ -353,6 +353,14 @@ impl Lowering<'_> {
         )
     }
 
+    pub(super) fn fma(&mut self, a: Value, b: Value, c: Value) -> Result<Vec<Reg>> {
+        let (a, b, c) = (self.regs(a)?, self.regs(b)?, self.regs(c)?);
+        Ok(a.into_iter()
+            .zip(b.into_iter().zip(c))
+            .map(|(a, (b, c))| self.emit(Op::Fma { a, b, c }, Type::F32))
+            .collect())
+    }
+
     pub(super) fn select(
         &mut self,
         cond: Value,

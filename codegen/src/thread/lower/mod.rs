@@ -460,6 +460,7 @@ impl Lowering<'_> {
                 if_true,
                 if_false,
             } => one(self.select(*cond, *if_true, *if_false)?),
+            TileOp::Fma { a, b, c } => one(self.fma(*a, *b, *c)?),
             TileOp::Reduce { op, value, axis } => one(self.reduce(inst, *op, *value, *axis)?),
             TileOp::AddPtr { ptr, offset } => one(self.add_ptr(*ptr, *offset)?),
             TileOp::Load { ptr, mask, other } => one(self.load(inst, *ptr, *mask, *other)?),

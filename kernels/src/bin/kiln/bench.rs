@@ -10,6 +10,15 @@ use kiln_runtime::Device;
 pub const USAGE: &str = "kiln bench [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...,16384]
                  [--samples N] [--check]";
 
+/// The dtype `--dtype` names.
+pub fn parse_dtype(text: &str) -> Result<DType, String> {
+    match text {
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => Err(format!("--dtype expects bf16 or f16, got `{other}`")),
+    }
+}
+
 /// A comma-separated list of positive numbers.
 pub fn numbers(flag: &str, text: &str) -> Result<Vec<usize>, String> {
     text.split(',')
@@ -35,13 +44,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .ok_or_else(|| format!("{flag} expects a value\nusage: {USAGE}"))
         };
         match flag.as_str() {
-            "--dtype" => {
-                dtype = match value()?.as_str() {
-                    "bf16" => DType::BF16,
-                    "f16" => DType::F16,
-                    other => return Err(format!("--dtype expects bf16 or f16, got `{other}`")),
-                }
-            }
+            "--dtype" => dtype = parse_dtype(value()?)?,
             "--head-dims" => head_dims = numbers(flag, value()?)?,
             "--seqs" => seqlens = numbers(flag, value()?)?,
             "--samples" => samples = numbers(flag, value()?)?[0],

@@ -9,7 +9,7 @@ use kiln_kernels::reference::Rng;
 use kiln_kernels::tune::{self, Outcome, Setup};
 use kiln_runtime::Device;
 
-use crate::bench::numbers;
+use crate::bench::{numbers, parse_dtype};
 
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
@@ -33,13 +33,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 .ok_or_else(|| format!("{flag} expects a value\nusage: {USAGE}"))
         };
         match flag.as_str() {
-            "--dtype" => {
-                dtype = match value()?.as_str() {
-                    "bf16" => DType::BF16,
-                    "f16" => DType::F16,
-                    other => return Err(format!("--dtype expects bf16 or f16, got `{other}`")),
-                }
-            }
+            "--dtype" => dtype = parse_dtype(value()?)?,
             "--head-dims" => head_dims = numbers(flag, value()?)?,
             "--causal" => {
                 masks = match value()?.as_str() {
