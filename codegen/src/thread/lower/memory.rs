@@ -352,7 +352,12 @@ impl Lowering<'_> {
         let (map, vector) = self.block_access(inst, ptr, value, boundary_check)?;
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let elem = memory_type(self.dtype(ptr));
-        let owners: Vec<Option<Reg>> = self.positions(&map).iter().map(|p| p.owner).collect();
+        // Every thread owns what it holds under an exclusive map: no positions to compute.
+        let owners: Vec<Option<Reg>> = if map.is_exclusive() {
+            vec![None; map.registers.len()]
+        } else {
+            self.positions(&map).iter().map(|p| p.owner).collect()
+        };
         let values = self.regs(value)?;
         let addresses = self.block_addresses(&block, elem, &map, vector, boundary_check);
         for (((address, inside), owner), stored) in addresses
