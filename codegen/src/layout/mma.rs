@@ -53,10 +53,9 @@
 //!   the register order within an instruction (k_width registers, 4 lanes, 8 lanes, then
 //!   registers), warps, and operand broadcasting.
 
+use super::THREADS_PER_WARP;
 use super::swizzle::SwizzledShared;
 
-/// Lanes per warp.
-pub const WARP_SIZE: u32 = 32;
 /// Rows of one `m16n8k16` accumulator tile.
 pub const MMA_M: usize = 16;
 /// Columns of one accumulator tile.
@@ -73,7 +72,7 @@ pub const A_REGS_PER_MMA: usize = 4;
 pub const B_REGS_PER_MMA: usize = 2;
 
 fn group_id(lane: u32) -> usize {
-    debug_assert!(lane < WARP_SIZE);
+    debug_assert!(lane < THREADS_PER_WARP);
     (lane >> 2) as usize
 }
 
@@ -88,7 +87,7 @@ fn thread_in_group(lane: u32) -> usize {
 /// Accumulator element `c_reg` (`reg` in `0..4`) of `lane` within the 16x8 tile: `[row, col]` =
 /// `[g + 8 * (reg / 2), 2 * t + reg % 2]`.
 pub fn acc_fragment(lane: u32, reg: usize) -> [usize; 2] {
-    assert!(lane < WARP_SIZE && reg < ACC_REGS_PER_MMA);
+    assert!(lane < THREADS_PER_WARP && reg < ACC_REGS_PER_MMA);
     [
         group_id(lane) + 8 * (reg >> 1),
         2 * thread_in_group(lane) + (reg & 1),
@@ -105,7 +104,7 @@ pub fn acc_fragment_inverse([row, col]: [usize; 2]) -> (u32, usize) {
 /// tile: `[g + 8 * (reg % 2), 2 * t + half + 8 * (reg / 2)]` (register `reg` holds `a_{2 reg}`
 /// low and `a_{2 reg + 1}` high).
 pub fn a_fragment(lane: u32, reg: usize, half: usize) -> [usize; 2] {
-    assert!(lane < WARP_SIZE && reg < A_REGS_PER_MMA && half < K_WIDTH);
+    assert!(lane < THREADS_PER_WARP && reg < A_REGS_PER_MMA && half < K_WIDTH);
     [
         group_id(lane) + 8 * (reg & 1),
         2 * thread_in_group(lane) + half + 8 * (reg >> 1),
@@ -125,7 +124,7 @@ pub fn a_fragment_inverse([m, k]: [usize; 2]) -> (u32, usize, usize) {
 /// B element in register `reg` (`0..2`), `half` of `lane`, within the 16x8 `[k, n]` tile:
 /// `[2 * t + half + 8 * reg, g]`.
 pub fn b_fragment(lane: u32, reg: usize, half: usize) -> [usize; 2] {
-    assert!(lane < WARP_SIZE && reg < B_REGS_PER_MMA && half < K_WIDTH);
+    assert!(lane < THREADS_PER_WARP && reg < B_REGS_PER_MMA && half < K_WIDTH);
     [2 * thread_in_group(lane) + half + 8 * reg, group_id(lane)]
 }
 
@@ -151,7 +150,7 @@ pub fn ldmatrix_address_lane(matrix: usize, row: usize) -> u32 {
 
 /// The `(matrix, row)` whose address `lane` supplies in an `.x4` load.
 pub fn ldmatrix_address_row(lane: u32) -> (usize, usize) {
-    assert!(lane < WARP_SIZE);
+    assert!(lane < THREADS_PER_WARP);
     (lane as usize / LDMATRIX_ROWS, lane as usize % LDMATRIX_ROWS)
 }
 
@@ -162,7 +161,7 @@ pub fn ldmatrix_address_row(lane: u32) -> (usize, usize) {
 /// - plain: lane `l` gets row `l / 4`, elements `2 * (l % 4) + {0, 1}`;
 /// - `.trans`: lane `l` gets element `l / 4` of rows `2 * (l % 4) + {0, 1}` (the transpose).
 pub fn ldmatrix_source(lane: u32, reg: usize, half: usize, trans: bool) -> (u32, usize) {
-    assert!(lane < WARP_SIZE && reg < 4 && half < K_WIDTH);
+    assert!(lane < THREADS_PER_WARP && reg < 4 && half < K_WIDTH);
     let (g, t) = (group_id(lane), thread_in_group(lane));
     let (row, elem) = if trans {
         (2 * t + half, g)
@@ -634,7 +633,7 @@ impl Ldmatrix {
     /// past `8 * num()` supply nothing; they repeat the lower lanes' addresses (valid, and what
     /// PTX asks of sm_75).
     pub fn lane_coords(&self, lane: u32) -> [usize; 2] {
-        assert!(lane < WARP_SIZE);
+        assert!(lane < THREADS_PER_WARP);
         let (matrix, row) = ldmatrix_address_row(lane % (LDMATRIX_ROWS * self.num()) as u32);
         let mut coords = self.origins[matrix];
         coords[self.order[1]] += row;

@@ -1,9 +1,10 @@
 //! Exhaustive checks of `kiln_codegen::layout::mma` (in the codegen test binary, which links LLVM once).
 
+use kiln_codegen::layout::THREADS_PER_WARP;
 use kiln_codegen::layout::mma::*;
 use kiln_codegen::layout::swizzle::{SwizzledShared, is_conflict_free_16b};
 
-const LANES: std::ops::Range<u32> = 0..WARP_SIZE;
+const LANES: std::ops::Range<u32> = 0..THREADS_PER_WARP;
 
 /// Shapes of the attention kernels' tiles: rows (BLOCK_M) x columns (BLOCK_N or head dim).
 const ROWS: [usize; 2] = [64, 128];

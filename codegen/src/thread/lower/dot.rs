@@ -11,11 +11,12 @@ use kiln_dsl::ir::{Inst as TileInst, Kernel, Value};
 
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{
-    A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, WARP_SIZE,
-    a_register_from_acc,
+    A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, a_register_from_acc,
 };
 use crate::layout::swizzle::SwizzledShared;
-use crate::layout::{ConversionKind, Layout, LayoutAssignment, ThreadMap, linear_terms};
+use crate::layout::{
+    ConversionKind, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap, linear_terms,
+};
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
 
@@ -230,20 +231,29 @@ impl Lowering<'_> {
         }
     }
 
-    /// The addresses in `tile` of a thread's accesses, given each access's element offset in
-    /// every thread (`offsets[access][thread]`) and, for one that needs an address of its own,
-    /// its coordinates in registers (`coords`). An access whose offset is another's plus the
-    /// same constant in every thread takes that one's address plus an immediate: otherwise
-    /// LLVM hoists one 64-bit address per access out of a loop (80 `ldmatrix`es in a 128 x 64
-    /// forward), and they spill.
+    /// The addresses in `tile` of a thread's accesses, each register `r` of a thread map. An
+    /// access whose offset is another's plus the same constant in every thread takes that
+    /// one's address plus an immediate: otherwise LLVM hoists one 64-bit address per access
+    /// out of a loop (80 `ldmatrix`es in a 128 x 64 forward), and they spill.
     pub(super) fn tile_addresses(
         &mut self,
         tile: &SharedTile,
-        offsets: &[Vec<usize>],
-        mut coords: impl FnMut(&mut Self, usize) -> Result<Vec<Reg>>,
-    ) -> Result<Vec<Reg>> {
+        accesses: &[(&ThreadMap, usize)],
+    ) -> Vec<Reg> {
+        let threads = self.layouts.num_warps * THREADS_PER_WARP;
+        let offsets: Vec<Vec<usize>> = accesses
+            .iter()
+            .map(|&(map, r)| {
+                (0..threads)
+                    .map(|t| {
+                        let position = map.position(t / THREADS_PER_WARP, t % THREADS_PER_WARP, r);
+                        tile.layout.offset([position.coords[0], position.coords[1]])
+                    })
+                    .collect()
+            })
+            .collect();
         let mut addresses: Vec<Reg> = Vec::new();
-        for (i, relative) in constant_offsets(offsets).into_iter().enumerate() {
+        for (i, relative) in constant_offsets(&offsets).into_iter().enumerate() {
             let address = match relative {
                 Some((earlier, delta)) => {
                     let delta = self.i32_const(delta);
@@ -257,14 +267,20 @@ impl Lowering<'_> {
                     )
                 }
                 None => {
-                    let coords = coords(self, i)?;
+                    // Only this register's position: the map may have many.
+                    let (map, r) = accesses[i];
+                    let single = ThreadMap {
+                        registers: vec![map.registers[r].clone()],
+                        ..map.clone()
+                    };
+                    let coords = self.positions(&single).remove(0).coords;
                     let index = self.swizzled_index(&tile.layout, &coords);
                     self.tile_slot(tile, index)
                 }
             };
             addresses.push(address);
         }
-        Ok(addresses)
+        addresses
     }
 
     /// The element index (i32) of `coords` in a swizzled tile: [`SwizzledShared::offset`] in
@@ -337,36 +353,25 @@ impl Lowering<'_> {
             mma.operand_thread_base(op, warp, 0).to_vec()
         })
         .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
-        let thread_offsets: Vec<Vec<usize>> = loads
+        let maps = loads
             .iter()
             .map(|load| {
-                (0..mma.num_warps())
-                    .flat_map(|warp| (0..WARP_SIZE).map(move |lane| (warp, lane)))
-                    .map(|(warp, lane)| {
-                        let base = mma.operand_thread_base(op, warp, 0);
-                        let within = load.lane_offset(lane);
-                        let origin = load.origins[0];
-                        tile.layout
-                            .offset(std::array::from_fn(|d| base[d] + within[d] + origin[d]))
-                    })
-                    .collect()
+                let (lane_terms, _) =
+                    linear_terms(2, 1, &|_, lane| load.lane_offset(lane).to_vec())
+                        .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
+                Ok(ThreadMap {
+                    shape: shape.to_vec(),
+                    bases: (0..2)
+                        .map(|d| [warp_terms[d].clone(), lane_terms[d].clone()].concat())
+                        .collect(),
+                    extents: shape.to_vec(),
+                    registers: vec![load.origins[0].to_vec()],
+                    replicas: Vec::new(),
+                })
             })
-            .collect();
-        let addresses = self.tile_addresses(&tile, &thread_offsets, |this, i| {
-            let load = &loads[i];
-            let (lane_terms, _) = linear_terms(2, 1, &|_, lane| load.lane_offset(lane).to_vec())
-                .map_err(|m| CodegenError::internal(Stage::Thread, m))?;
-            let map = ThreadMap {
-                shape: shape.to_vec(),
-                bases: (0..2)
-                    .map(|d| [warp_terms[d].clone(), lane_terms[d].clone()].concat())
-                    .collect(),
-                extents: shape.to_vec(),
-                registers: vec![load.origins[0].to_vec()],
-                replicas: Vec::new(),
-            };
-            Ok(this.positions(&map).remove(0).coords)
-        })?;
+            .collect::<Result<Vec<_>>>()?;
+        let accesses: Vec<_> = maps.iter().map(|map| (map, 0)).collect();
+        let addresses = self.tile_addresses(&tile, &accesses);
         Ok(Fragments::Shared {
             tile,
             loads,

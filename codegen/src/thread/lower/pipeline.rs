@@ -24,7 +24,7 @@ use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
-use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP};
+use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop};
 use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
 
 /// A pipelined loop's buffers and bounds, while its body is lowered.
@@ -243,22 +243,11 @@ impl Lowering<'_> {
         let map = blocked.thread_map(&shape);
         let vector = COPY_BYTES / elem.bytes() as usize;
         let sources = self.block_addresses(&block, elem, &map, vector, &load.boundary_check);
-        let runs: Vec<usize> = (0..map.registers.len()).step_by(vector).collect();
-        let threads = self.layouts.num_warps * THREADS_PER_WARP;
-        let offsets: Vec<Vec<usize>> = runs
-            .iter()
-            .map(|&r| {
-                (0..threads)
-                    .map(|t| {
-                        let coords = map.position(t / THREADS_PER_WARP, t % THREADS_PER_WARP, r);
-                        tile.layout.offset([coords.coords[0], coords.coords[1]])
-                    })
-                    .collect()
-            })
+        let runs: Vec<_> = (0..map.registers.len())
+            .step_by(vector)
+            .map(|r| (&map, r))
             .collect();
-        let destinations = self.tile_addresses(&tile, &offsets, |this, i| {
-            Ok(this.positions(&map).swap_remove(runs[i]).coords)
-        })?;
+        let destinations = self.tile_addresses(&tile, &runs);
         let full = self.i32_const(COPY_BYTES as i64);
         let none = self.i32_const(0);
         for ((src, inside), dst) in sources.into_iter().zip(destinations) {
