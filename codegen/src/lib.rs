@@ -29,7 +29,9 @@
 //! reductions along an axis, layout conversions through shared memory, `program_id` and
 //! `num_programs`, scalar `for` and `if`, and `dot` of f16/bf16 tiles on tensor cores
 //! (`mma.sync.m16n8k16`, operands staged in swizzled shared memory and read with `ldmatrix`, or
-//! an earlier `dot`'s accumulator taken as the A operand in registers), with dynamic shared
+//! an earlier `dot`'s accumulator taken as the A operand in registers) or, on sm_90a with
+//! [`CompileOptions::wgmma`], on Hopper's warpgroup tensor cores (`wgmma.mma_async`, operands
+//! read from shared memory through matrix descriptors, [`layout::wgmma`]), with dynamic shared
 //! memory above 48 KiB. Loops that stream block-pointer tiles into `dot` are software-pipelined
 //! with `cp.async` ([`CompileOptions::num_stages`], [`layout::pipeline`]), and block-pointer loads
 //! and stores move up to 16 bytes per vector where [`layout::divisibility`] proves it aligned
@@ -75,6 +77,11 @@ pub struct CompileOptions {
     /// (`file line col`, the path relative to the workspace), for profilers and debuggers. The
     /// machine code is the same either way; ptxas adds line tables to the cubin.
     pub line_info: bool,
+    /// Whether `dot`s run on Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a) where
+    /// they fit ([`layout::wgmma`]): 16-bit operands, M a multiple of 16 x `num_warps`, N a
+    /// multiple of 8 up to 256, B (and A unless it is an earlier `dot`'s accumulator) staged in
+    /// shared memory in a layout `wgmma` reads. Other `dot`s stay on `mma.sync`.
+    pub wgmma: bool,
 }
 
 impl Default for CompileOptions {
@@ -96,7 +103,13 @@ impl CompileOptions {
             num_stages: 1,
             divisibility: Vec::new(),
             line_info: true,
+            wgmma: false,
         }
+    }
+
+    /// The same options with `dot`s on `wgmma` where they fit (or not).
+    pub fn with_wgmma(self, wgmma: bool) -> CompileOptions {
+        CompileOptions { wgmma, ..self }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.
@@ -129,6 +142,22 @@ impl CompileOptions {
             return invalid(format!(
                 "expected num_stages from 1 to {MAX_STAGES}, got {}",
                 self.num_stages
+            ));
+        }
+        if self.wgmma && self.target != Target::Sm90a {
+            return invalid(format!(
+                "wgmma needs the sm_90a target, got {}",
+                self.target.name()
+            ));
+        }
+        if self.wgmma
+            && !self
+                .num_warps
+                .is_multiple_of(layout::wgmma::WARPS_PER_WARPGROUP)
+        {
+            return invalid(format!(
+                "wgmma needs whole warpgroups: num_warps a multiple of 4, got {}",
+                self.num_warps
             ));
         }
         if let Some((name, n)) = self.divisibility.iter().find(|(_, n)| !n.is_power_of_two()) {

@@ -80,7 +80,9 @@ fn check_file(path: &Path, actual: &str) {
 /// The options a case is compiled with, for `target`: its warps, stages and divisibility.
 fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
     case.divisibility.iter().fold(
-        CompileOptions::new(target, case.num_warps).with_stages(case.num_stages),
+        CompileOptions::new(target, case.num_warps)
+            .with_stages(case.num_stages)
+            .with_wgmma(case.wgmma),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -257,9 +259,9 @@ fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
     cases::compare(&run.buffers, &emulated, case.tolerance)
 }
 
-/// Every run of every GPU case (the thread program is the same for both targets), in the
-/// emulator, agrees with the interpreter within the case's tolerance: what the GPU test checks
-/// on the GPU, checked in CI. The attention cases are left to
+/// Every run of every GPU case (the thread program is the same for both targets, but for `dot`s
+/// on `wgmma`), in the emulator, agrees with the interpreter within the case's tolerance: what
+/// the GPU test checks on the GPU, checked in CI. The attention cases are left to
 /// `the_emulator_agrees_on_every_attention_kernel`, which runs the same specialisations on the
 /// same shapes: running them here too would double the emulator's longest work.
 #[test]
@@ -267,7 +269,7 @@ fn the_emulator_agrees_with_the_interpreter_on_every_gpu_case() {
     let mut failures = Vec::new();
     for case in cases::cases()
         .iter()
-        .filter(|c| c.target == Target::Sm80 && !is_attention(c))
+        .filter(|c| (c.target == Target::Sm80 || c.wgmma) && !is_attention(c))
     {
         for run in cases::runs(case) {
             let outcome = emulate_run(case, &run);
@@ -360,6 +362,7 @@ fn attention_case(
         num_warps: config.num_warps,
         num_stages: config.num_stages,
         target,
+        wgmma: false,
         tolerance: cases::attention_tolerance(name, dtype),
     }
 }
@@ -415,6 +418,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 num_stages,
                 divisibility: base.divisibility.clone(),
                 target: Target::Sm80,
+                wgmma: false,
                 tolerance: base.tolerance,
             };
             let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
@@ -751,12 +755,29 @@ fn layouts_print_like_tritons_gpu_dialect() {
         per_phase: 1,
         max_phase: 8,
         order: vec![1, 0],
+        slab: None,
     });
     assert_eq!(
         shared.to_string(),
         "#shared<{vec = 8, per_phase = 1, max_phase = 8, order = [1, 0]}>"
     );
     assert!(!shared.is_distributed());
+    let slabbed = Layout::Shared(kiln_codegen::layout::SharedLayout {
+        vec: 8,
+        per_phase: 1,
+        max_phase: 8,
+        order: vec![1, 0],
+        slab: Some(64),
+    });
+    assert_eq!(
+        slabbed.to_string(),
+        "#shared<{vec = 8, per_phase = 1, max_phase = 8, order = [1, 0], slab = 64}>"
+    );
+    let wgmma = Layout::Mma(kiln_codegen::layout::MmaLayout::v3(8, 128));
+    assert_eq!(
+        wgmma.to_string(),
+        "#mma<{version = 3, warps_per_cta = [8, 1], instr_shape = [16, 128]}>"
+    );
 }
 
 // ---- the lowering and the ptx stage ----

@@ -9,12 +9,13 @@ use super::EmulationError;
 use super::memory::{Global, Shared};
 use crate::layout::THREADS_PER_WARP;
 use crate::layout::mma::{
-    ACC_REGS_PER_MMA, K_WIDTH, MMA_K, MMA_M, MMA_N, a_fragment, acc_fragment, b_fragment,
-    ldmatrix_source,
+    ACC_REGS_PER_MMA, K_WIDTH, MMA_K, MMA_M, MMA_N, a_fragment, a_fragment_inverse, acc_fragment,
+    acc_fragment_inverse, b_fragment, ldmatrix_source,
 };
+use crate::layout::wgmma::{Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Space, Special, Type,
+    ShuffleMode, Space, Special, Type, WgmmaA,
 };
 
 type Result<T> = std::result::Result<T, EmulationError>;
@@ -337,6 +338,19 @@ impl BlockState<'_, '_> {
             }
             Op::Ldmatrix { ptr, count, trans } => self.ldmatrix(inst, *ptr, *count, *trans),
             Op::Mma { a, b, c } => self.mma(inst, a, b, c),
+            // Shared memory written before a barrier is the same to every proxy here.
+            Op::FenceProxyAsync | Op::WgmmaCommit => Ok(()),
+            Op::WgmmaFence(values) | Op::WgmmaWait { values, .. } => {
+                self.copy(&inst.results, values);
+                Ok(())
+            }
+            Op::Wgmma {
+                a,
+                b,
+                trans_b,
+                acc,
+                elem,
+            } => self.wgmma(inst, a, *b, *trans_b, acc, *elem),
             Op::Shuffle { mode, value, lane } => {
                 let out = (0..self.threads)
                     .map(|t| {
@@ -445,6 +459,96 @@ impl BlockState<'_, '_> {
                     let [m, n] = acc_fragment(lane, reg);
                     let products: f64 = (0..MMA_K).map(|k| a_tile[m][k] * b_tile[k][n]).sum();
                     regs[warp_start + lane as usize] = bits_of((c_tile[m][n] + products) as f32);
+                }
+            }
+        }
+        for (&result, values) in inst.results.iter().zip(out) {
+            self.regs[result.index()] = values;
+        }
+        Ok(())
+    }
+
+    /// `wgmma.mma_async.m64nNk16` over each warpgroup: B (and A, unless in registers) read
+    /// where the descriptor's canonical layout says (`wgmma::Descriptor::element_offset`), A
+    /// in registers and the accumulators from each warp's `mma.sync` fragments (warp `w` of the
+    /// warpgroup: rows `16 w ..`; register `r`: columns `8 (r / 4) ..`), then `D = C + A B`
+    /// with the 16 exact products summed in f64 and rounded to f32 once.
+    fn wgmma(
+        &mut self,
+        inst: &Inst,
+        a: &WgmmaA,
+        b: Reg,
+        trans_b: bool,
+        acc: &[Reg],
+        elem: Type,
+    ) -> Result<()> {
+        let half_value = match elem {
+            Type::F16 => |bits: u64| f16::from_bits(bits as u16).to_f64(),
+            Type::BF16 => |bits: u64| bf16::from_bits(bits as u16).to_f64(),
+            other => {
+                let message = format!("wgmma of {}, expected f16 or bf16", other.name());
+                return Err(self.error(inst, None, message));
+            }
+        };
+        let group = (WARPS_PER_WARPGROUP * THREADS_PER_WARP) as usize;
+        if !self.threads.is_multiple_of(group) {
+            let message = format!("{} threads are not whole warpgroups", self.threads);
+            return Err(self.error(inst, None, message));
+        }
+        let n = 2 * acc.len();
+        let mut out = vec![vec![0u64; self.threads]; acc.len()];
+        for first in (0..self.threads).step_by(group) {
+            // A descriptor is the warpgroup's: every thread must give the same.
+            let descriptor = |this: &Self, reg: Reg| {
+                let bits = this.get(reg, first);
+                if let Some(t) = (first..first + group).find(|&t| this.get(reg, t) != bits) {
+                    let message = format!("descriptor differs across the warpgroup: {bits:#x}");
+                    return Err(this.error(inst, Some(t), message));
+                }
+                Descriptor::decode(bits).map_err(|m| this.error(inst, Some(first), m))
+            };
+            let read = |this: &mut Self, desc: &Descriptor, major: Major, mn, k| {
+                let at = desc.element_offset(major, 2, mn, k) as u64;
+                let bits = this
+                    .shared
+                    .read(at, Type::I16, first as u32)
+                    .map_err(|m| this.error(inst, Some(first), m))?;
+                Ok::<f64, EmulationError>(half_value(bits))
+            };
+            let b_desc = descriptor(self, b)?;
+            let b_major = if trans_b { Major::MN } else { Major::K };
+            let mut b_tile = vec![[0f64; WGMMA_K]; n];
+            for (col, column) in b_tile.iter_mut().enumerate() {
+                for (k, value) in column.iter_mut().enumerate() {
+                    *value = read(self, &b_desc, b_major, col, k)?;
+                }
+            }
+            let mut a_tile = vec![[0f64; WGMMA_K]; WGMMA_M];
+            for (row, values) in a_tile.iter_mut().enumerate() {
+                for (k, value) in values.iter_mut().enumerate() {
+                    *value = match a {
+                        WgmmaA::Descriptor { desc, trans } => {
+                            let a_desc = descriptor(self, *desc)?;
+                            let major = if *trans { Major::MN } else { Major::K };
+                            read(self, &a_desc, major, row, k)?
+                        }
+                        WgmmaA::Registers(regs) => {
+                            let (lane, reg, half) = a_fragment_inverse([row % MMA_M, k]);
+                            let thread = first + (row / MMA_M) * THREADS_PER_WARP as usize;
+                            let bits = self.get(regs[reg], thread + lane as usize);
+                            half_value(bits >> (16 * half))
+                        }
+                    };
+                }
+            }
+            for (row, a_row) in a_tile.iter().enumerate() {
+                let warp_first = first + (row / MMA_M) * THREADS_PER_WARP as usize;
+                for (col, b_column) in b_tile.iter().enumerate() {
+                    let (lane, c) = acc_fragment_inverse([row % MMA_M, col % MMA_N]);
+                    let (thread, reg) = (warp_first + lane as usize, 4 * (col / MMA_N) + c);
+                    let products: f64 = a_row.iter().zip(b_column).map(|(a, b)| a * b).sum();
+                    let c_value = f32_of(self.get(acc[reg], thread)) as f64;
+                    out[reg][thread] = bits_of((c_value + products) as f32);
                 }
             }
         }
@@ -568,6 +672,11 @@ impl BlockState<'_, '_> {
             | Op::Load { .. }
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
+            | Op::FenceProxyAsync
+            | Op::WgmmaFence(_)
+            | Op::Wgmma { .. }
+            | Op::WgmmaCommit
+            | Op::WgmmaWait { .. }
             | Op::Shuffle { .. } => return Err("not a value op".to_string()),
         })
     }
@@ -606,7 +715,7 @@ impl BlockState<'_, '_> {
             Cast::UiToFp => to_float((bits & mask(from)) as f32),
             Cast::ZExt => bits & mask(from),
             Cast::SExt => signed(bits, from) as u64,
-            Cast::Trunc => bits,
+            Cast::Trunc | Cast::PtrToInt => bits,
         })
     }
 }

@@ -30,7 +30,8 @@ use super::divisibility::Divisibility;
 use super::mma::{K_WIDTH, MmaV2, Operand};
 use super::pipeline::{self, PipelinedLoad, PipelinedLoop};
 use super::swizzle::SwizzledShared;
-use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, SharedLayout};
+use super::wgmma::MAX_N;
+use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, MmaVersion, SharedLayout};
 use crate::{CodegenError, CompileOptions, Stage};
 
 /// A value moved into another layout (or into shared memory) at an instruction.
@@ -52,6 +53,8 @@ pub enum ConversionKind {
     Stage,
     /// A shared tile (`from`) into a dot operand's registers, by `ldmatrix`, inside the `dot`.
     Ldmatrix { from: Layout },
+    /// A shared tile (`from`) read by `wgmma` itself, through a matrix descriptor.
+    Descriptor { from: Layout },
     /// An mma accumulator (rounded to 16 bits) as the A operand of the next mma: register pairs
     /// of the accumulator are the operand's registers, no data moves (FlashAttention-2's `P @ V`).
     AccumulatorAsA,
@@ -113,9 +116,20 @@ impl LayoutAssignment {
             c.value == value
                 && matches!(
                     c.kind,
-                    ConversionKind::Ldmatrix { .. } | ConversionKind::AccumulatorAsA
+                    ConversionKind::Ldmatrix { .. }
+                        | ConversionKind::Descriptor { .. }
+                        | ConversionKind::AccumulatorAsA
                 )
         })
+    }
+
+    /// Whether any `dot` runs on `wgmma`: its shared tiles are aligned for the swizzle, and
+    /// what writes them fences the async proxy.
+    pub fn uses_wgmma(&self) -> bool {
+        self.layouts
+            .iter()
+            .flatten()
+            .any(|l| matches!(l, Layout::Mma(m) if m.version == MmaVersion::V3))
     }
 
     /// The distinct layouts in order of first use by a value, then conversion targets, then
@@ -411,9 +425,16 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             Some(Layout::Mma(mma)) => mma.as_v2(),
             _ => {
                 let widest = &widest[&root];
-                let mma = MmaV2::choose([widest[0], widest[1]], options.num_warps)
-                    .map_err(|m| unsupported(dot.inst, format!("no mma layout fits: {m}")))?;
-                class_layout.insert(root, Layout::Mma(MmaLayout::v2(mma)));
+                let layout = match wgmma_accumulator(options, [widest[0], widest[1]]) {
+                    Some(v3) => v3,
+                    None => MmaLayout::v2(
+                        MmaV2::choose([widest[0], widest[1]], options.num_warps).map_err(|m| {
+                            unsupported(dot.inst, format!("no mma layout fits: {m}"))
+                        })?,
+                    ),
+                };
+                let mma = layout.as_v2();
+                class_layout.insert(root, Layout::Mma(layout));
                 mma
             }
         };
@@ -527,11 +548,29 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                         Layout::Blocked(blocked) => blocked.order[0],
                         _ => 1,
                     };
-                    let tile = SwizzledShared::for_mma_operand(
+                    let (elem_bytes, order) = (
                         kernel.dtype(source).size_bytes(),
-                        [source_shape[0], source_shape[1]],
                         [contiguous, 1 - contiguous],
                     );
+                    let source_shape = [source_shape[0], source_shape[1]];
+                    let tile = match result.version {
+                        MmaVersion::V2 => {
+                            SwizzledShared::for_mma_operand(elem_bytes, source_shape, order)
+                        }
+                        MmaVersion::V3 => {
+                            SwizzledShared::for_wgmma_operand(elem_bytes, source_shape, order)
+                                .ok_or_else(|| {
+                                    unsupported(
+                                        dot.inst,
+                                        format!(
+                                            "no wgmma shared layout for a {source_shape:?} \
+                                             operand: expected rows of at least 32 bytes, in \
+                                             groups of 8"
+                                        ),
+                                    )
+                                })?
+                        }
+                    };
                     let shared = SharedLayout::from_swizzled(&tile);
                     conversions.entry(at).or_default().push(Conversion {
                         value: source,
@@ -542,6 +581,22 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                     shared
                 }
             };
+            let source_shape = kernel.ty(source).shape();
+            let elem_bytes = kernel.dtype(source).size_bytes();
+            if result.version == MmaVersion::V3
+                && shared
+                    .swizzled([source_shape[0], source_shape[1]])
+                    .wgmma_swizzle_bytes(elem_bytes)
+                    .is_none()
+            {
+                return Err(unsupported(
+                    dot.inst,
+                    format!(
+                        "%{} is staged for mma.sync ({shared}) and read by wgmma too",
+                        source.0
+                    ),
+                ));
+            }
             let from = if transposed {
                 let view = Layout::Shared(shared.transposed());
                 layouts[value.index()] = Some(view.clone());
@@ -549,13 +604,17 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             } else {
                 Layout::Shared(shared)
             };
+            let kind = match result.version {
+                MmaVersion::V2 => ConversionKind::Ldmatrix { from },
+                MmaVersion::V3 => ConversionKind::Descriptor { from },
+            };
             conversions
                 .entry(dot.inst_index)
                 .or_default()
                 .push(Conversion {
                     value,
                     to: target,
-                    kind: ConversionKind::Ldmatrix { from },
+                    kind,
                 });
         }
     }
@@ -615,6 +674,19 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     let divisibility = assignment.divisibility.clone();
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
     Ok(assignment)
+}
+
+/// The `wgmma` accumulator layout for a class as wide as `widest`, where the options ask for
+/// `wgmma` and it fits: every warp along M, M in whole instructions, N within one.
+fn wgmma_accumulator(options: &CompileOptions, widest: [usize; 2]) -> Option<MmaLayout> {
+    let [m, n] = widest;
+    let fits = options.wgmma
+        && n.is_multiple_of(8)
+        && n <= MAX_N
+        && MmaV2::new(options.num_warps, 1)
+            .check_acc_shape([m, n])
+            .is_ok();
+    fits.then(|| MmaLayout::v3(options.num_warps, n))
 }
 
 fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {

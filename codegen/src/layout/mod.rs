@@ -26,6 +26,7 @@ pub mod mma;
 pub mod pipeline;
 pub mod swizzle;
 mod text;
+pub mod wgmma;
 
 use std::fmt;
 
@@ -566,9 +567,12 @@ impl fmt::Display for SliceLayout {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MmaVersion {
     /// `mma.sync.aligned.m16n8k16` (sm_80+): per warp a 16x8 fragment; lane `l` holds rows
-    /// `l / 4` and `l / 4 + 8`, columns `2 * (l % 4) + {0, 1}`. Hopper's warpgroup `wgmma`
-    /// accumulator becomes a `V3` beside it.
+    /// `l / 4` and `l / 4 + 8`, columns `2 * (l % 4) + {0, 1}`.
     V2,
+    /// `wgmma.mma_async.m64nNk16` (sm_90a): a warpgroup's instruction covers 64 rows and the
+    /// whole N; per warp the same fragments as `V2` with every warp along M
+    /// ([`wgmma`]'s module doc).
+    V3,
 }
 
 /// The accumulator layout of an mma: warps tile the M and N dimensions with `instr_shape`
@@ -591,7 +595,16 @@ impl MmaLayout {
         }
     }
 
-    /// The fragment maps of this layout.
+    /// The layout of a `wgmma` accumulator: [`mma::MmaV2`]'s fragments with every warp along M.
+    pub fn v3(num_warps: u32, n: usize) -> MmaLayout {
+        MmaLayout {
+            version: MmaVersion::V3,
+            warps_per_cta: vec![num_warps, 1],
+            instr_shape: vec![mma::MMA_M as u32, n as u32],
+        }
+    }
+
+    /// The per-warp fragment maps of this layout (a `V3` one's are `V2`'s).
     pub fn as_v2(&self) -> mma::MmaV2 {
         mma::MmaV2::new(self.warps_per_cta[0], self.warps_per_cta[1])
     }
@@ -629,6 +642,7 @@ impl fmt::Display for MmaLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let version = match self.version {
             MmaVersion::V2 => 2,
+            MmaVersion::V3 => 3,
         };
         write!(
             f,
@@ -669,6 +683,9 @@ pub struct SharedLayout {
     pub max_phase: u32,
     /// Dimensions from fastest varying (contiguous) to slowest.
     pub order: Vec<usize>,
+    /// Elements per slab of a storage row ([`swizzle::SwizzledShared::slab`]), where rows are
+    /// cut into slabs.
+    pub slab: Option<u32>,
 }
 
 impl SharedLayout {
@@ -679,18 +696,23 @@ impl SharedLayout {
             per_phase: tile.per_phase as u32,
             max_phase: tile.max_phase as u32,
             order: tile.order.to_vec(),
+            slab: (tile.slab < tile.row_len()).then_some(tile.slab as u32),
         }
     }
 
     /// Element offsets of a tile of `shape` in this layout.
     pub fn swizzled(&self, shape: [usize; 2]) -> swizzle::SwizzledShared {
-        swizzle::SwizzledShared::new(
+        let tile = swizzle::SwizzledShared::new(
             self.vec as usize,
             self.per_phase as usize,
             self.max_phase as usize,
             [self.order[0], self.order[1]],
             shape,
-        )
+        );
+        match self.slab {
+            Some(slab) => tile.in_slabs(slab as usize),
+            None => tile,
+        }
     }
 
     /// The same tile seen transposed (`trans` of a tile in shared memory moves nothing).
@@ -706,11 +728,15 @@ impl fmt::Display for SharedLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "#shared<{{vec = {}, per_phase = {}, max_phase = {}, order = {}}}>",
+            "#shared<{{vec = {}, per_phase = {}, max_phase = {}, order = {}",
             self.vec,
             self.per_phase,
             self.max_phase,
             list(&self.order)
-        )
+        )?;
+        if let Some(slab) = self.slab {
+            write!(f, ", slab = {slab}")?;
+        }
+        write!(f, "}}>")
     }
 }

@@ -118,6 +118,10 @@ pub struct SwizzledShared {
     pub order: [usize; 2],
     /// The logical shape of the tile.
     pub shape: [usize; 2],
+    /// Elements of a storage row per slab: the contiguous dimension is cut into slabs that are
+    /// stored one after the other, each holding every row (the whole row, one slab, unless
+    /// [`Self::in_slabs`]). `wgmma` reads rows of at most 128 bytes, so a longer row is slabbed.
+    pub slab: usize,
 }
 
 impl SwizzledShared {
@@ -152,6 +156,7 @@ impl SwizzledShared {
             max_phase,
             order,
             shape,
+            slab: shape[order[0]],
         };
         assert!(
             max_phase == 1 || vec * max_phase <= layout.row_len(),
@@ -159,6 +164,32 @@ impl SwizzledShared {
             layout.row_len()
         );
         layout
+    }
+
+    /// The same tile with its rows cut into slabs of `slab` elements (a power of two that
+    /// divides the row and holds the swizzle).
+    pub fn in_slabs(self, slab: usize) -> SwizzledShared {
+        assert!(
+            slab.is_power_of_two() && self.row_len().is_multiple_of(slab),
+            "slab {slab} does not divide the row length {}",
+            self.row_len()
+        );
+        assert!(
+            self.max_phase == 1 || self.vec * self.max_phase <= slab,
+            "swizzle leaves the slab: vec {} x max_phase {} > slab {slab}",
+            self.vec,
+            self.max_phase
+        );
+        SwizzledShared { slab, ..self }
+    }
+
+    /// The same bytes seen as the transposed tile.
+    pub fn transposed(&self) -> SwizzledShared {
+        SwizzledShared {
+            order: [self.order[1], self.order[0]],
+            shape: [self.shape[1], self.shape[0]],
+            ..*self
+        }
     }
 
     /// The same tile without a swizzle (row-major along `order`).
@@ -186,6 +217,39 @@ impl SwizzledShared {
         // Eight rows of an ldmatrix matrix need eight phases; no more than a row has vectors.
         let max_phase = (LANES_PER_PHASE / per_phase).clamp(1, row_len / vec);
         SwizzledShared::new(vec, per_phase, max_phase, order, shape)
+    }
+
+    /// The layout `wgmma` reads through a matrix descriptor (the PTX ISA's canonical layouts,
+    /// [`super::wgmma`]): slabs of one swizzle span (128 bytes when the row is that long; 64 or
+    /// 32 for a shorter one), 16-byte vectors, 8 phases over 8 rows of 128 bytes, 4 over 8 of
+    /// 64, 2 over 8 of 32. `None` for a tile no swizzle mode covers: a row under 32 bytes, or
+    /// rows not in groups of 8.
+    pub fn for_wgmma_operand(
+        elem_bytes: usize,
+        shape: [usize; 2],
+        order: [usize; 2],
+    ) -> Option<SwizzledShared> {
+        let (row_len, rows) = (shape[order[0]], shape[order[1]]);
+        let span = (row_len * elem_bytes).min(super::wgmma::MAX_SWIZZLE_BYTES);
+        if span < super::wgmma::MIN_SWIZZLE_BYTES || !rows.is_multiple_of(8) {
+            return None;
+        }
+        let layout = SwizzledShared::new(
+            ACCESS_BYTES / elem_bytes,
+            SHARED_BANKS * BANK_BYTES / span,
+            span / ACCESS_BYTES,
+            order,
+            shape,
+        );
+        Some(layout.in_slabs(span / elem_bytes))
+    }
+
+    /// The swizzle span in bytes (128, 64 or 32) when this is a layout `wgmma` reads
+    /// ([`Self::for_wgmma_operand`]) for `elem_bytes` elements.
+    pub fn wgmma_swizzle_bytes(&self, elem_bytes: usize) -> Option<usize> {
+        let span = self.slab * elem_bytes;
+        let canonical = SwizzledShared::for_wgmma_operand(elem_bytes, self.shape, self.order);
+        (canonical == Some(*self)).then_some(span)
     }
 
     /// Elements along the contiguous dimension.
@@ -222,16 +286,36 @@ impl SwizzledShared {
             "{coords:?} outside {:?}",
             self.shape
         );
+        self.slab_start(col) + self.offset_in_slab(row, col % self.slab)
+    }
+
+    /// Where the slab that holds column `col` starts.
+    fn slab_start(&self, col: usize) -> usize {
+        col / self.slab * self.slab * self.rows()
+    }
+
+    fn offset_in_slab(&self, row: usize, col: usize) -> usize {
         let chunk = (col / self.vec) ^ self.phase(row);
-        row * self.row_len() + chunk * self.vec + col % self.vec
+        row * self.slab + chunk * self.vec + col % self.vec
+    }
+
+    /// The element offset of logical `coords` before the swizzle: where a sub-tile that starts
+    /// there starts, for hardware that applies the swizzle to addresses itself (`wgmma`).
+    pub fn unswizzled_offset(&self, coords: [usize; 2]) -> usize {
+        let (row, col) = (coords[self.order[1]], coords[self.order[0]]);
+        self.slab_start(col) + row * self.slab + col % self.slab
     }
 
     /// The logical coordinates stored at element `offset`: the inverse of [`Self::offset`].
     pub fn coords(&self, offset: usize) -> [usize; 2] {
         debug_assert!(offset < self.len());
-        let row = offset / self.row_len();
-        let within = offset % self.row_len();
-        let col = ((within / self.vec) ^ self.phase(row)) * self.vec + within % self.vec;
+        let slab_elems = self.slab * self.rows();
+        let (slab, offset) = (offset / slab_elems, offset % slab_elems);
+        let row = offset / self.slab;
+        let within = offset % self.slab;
+        let col = slab * self.slab
+            + ((within / self.vec) ^ self.phase(row)) * self.vec
+            + within % self.vec;
         let mut coords = [0; 2];
         coords[self.order[1]] = row;
         coords[self.order[0]] = col;
@@ -242,16 +326,17 @@ impl SwizzledShared {
     /// memory too (a vector access of them is one access).
     pub fn is_contiguous_run(&self, coords: [usize; 2], count: usize) -> bool {
         let col = coords[self.order[0]];
-        col % self.vec + count <= self.vec || self.max_phase == 1 && col + count <= self.row_len()
+        col % self.vec + count <= self.vec
+            || self.max_phase == 1 && col % self.slab + count <= self.slab
     }
 
-    /// The equivalent CUTLASS swizzle of element offsets into a row-major (along `order`) tile,
+    /// The equivalent CUTLASS swizzle of element offsets into a row-major (along `order`) slab,
     /// when there is one (CUTLASS needs `B <= S`).
     pub fn cute_swizzle(&self) -> Option<CuteSwizzle> {
         let log2 = |v: usize| v.trailing_zeros();
         let m = log2(self.vec);
         let b = log2(self.max_phase);
-        let s = (log2(self.row_len()) + log2(self.per_phase)).checked_sub(m)?;
+        let s = (log2(self.slab) + log2(self.per_phase)).checked_sub(m)?;
         (b <= s).then_some(CuteSwizzle { b, m, s })
     }
 }

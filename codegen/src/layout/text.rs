@@ -63,7 +63,9 @@ impl LayoutAssignment {
                             ));
                             continue;
                         }
-                        ConversionKind::Ldmatrix { from } => alias(from),
+                        ConversionKind::Ldmatrix { from } | ConversionKind::Descriptor { from } => {
+                            alias(from)
+                        }
                         _ => self.layout(value).map_or("?".to_string(), &alias),
                     };
                     out.push_str(&format!(

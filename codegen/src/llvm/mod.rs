@@ -69,7 +69,7 @@ pub fn lower<'ctx>(
             global.set_linkage(Linkage::Internal);
             global.set_initializer(&array.get_undef());
         }
-        global.set_alignment(16);
+        global.set_alignment(program.shared_align);
         global
     });
     let builder = context.create_builder();

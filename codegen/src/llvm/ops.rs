@@ -1,6 +1,6 @@
 //! One thread-program instruction at a time, into LLVM IR.
 
-use inkwell::types::BasicTypeEnum;
+use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::BasicValueEnum;
 use inkwell::{FloatPredicate, IntPredicate};
 
@@ -113,6 +113,42 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Barrier => return self.call_intrinsic_void("llvm.nvvm.barrier0"),
+            Op::FenceProxyAsync => {
+                self.asm("fence.proxy.async.shared::cta;", &[], &[], &[])?;
+                return Ok(());
+            }
+            Op::WgmmaCommit => {
+                self.asm("wgmma.commit_group.sync.aligned;", &[], &[], &[])?;
+                return Ok(());
+            }
+            Op::WgmmaFence(values) => {
+                let values = self.pass_through("wgmma.fence.sync.aligned;", values)?;
+                for (&r, v) in inst.results.iter().zip(values) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
+            Op::WgmmaWait { pending, values } => {
+                let asm = format!("wgmma.wait_group.sync.aligned {pending};");
+                let values = self.pass_through(&asm, values)?;
+                for (&r, v) in inst.results.iter().zip(values) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
+            Op::Wgmma {
+                a,
+                b,
+                trans_b,
+                acc,
+                elem,
+            } => {
+                let values = self.wgmma(a, *b, *trans_b, acc, *elem)?;
+                for (&r, v) in inst.results.iter().zip(values) {
+                    self.bind(r, v);
+                }
+                return Ok(());
+            }
             Op::Yield(_) => {
                 return Err(CodegenError::internal(
                     Stage::Llir,
@@ -328,7 +364,12 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::Barrier
             | Op::Yield(_)
             | Op::Ldmatrix { .. }
-            | Op::Mma { .. } => {
+            | Op::Mma { .. }
+            | Op::FenceProxyAsync
+            | Op::WgmmaFence(_)
+            | Op::Wgmma { .. }
+            | Op::WgmmaCommit
+            | Op::WgmmaWait { .. } => {
                 return Err(CodegenError::internal(Stage::Llir, "not a value op"));
             }
         })
@@ -406,6 +447,167 @@ impl<'ctx> Translation<'_, 'ctx> {
         (0..c.len() as u32)
             .map(|i| Ok(self.builder.build_extract_value(d, i, "")?))
             .collect()
+    }
+
+    /// Inline PTX for what LLVM 19 has no intrinsic for (`wgmma`, the async-proxy fence):
+    /// volatile and clobbering memory, so that it keeps its place among shared-memory accesses
+    /// and other such statements. `constraints` lists the outputs' then the inputs'.
+    fn asm(
+        &self,
+        asm: &str,
+        constraints: &[String],
+        outputs: &[BasicTypeEnum<'ctx>],
+        inputs: &[BasicValueEnum<'ctx>],
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        let params: Vec<_> = inputs.iter().map(|v| v.get_type().into()).collect();
+        let fn_type = match outputs {
+            [] => self.context.void_type().fn_type(&params, false),
+            [one] => one.fn_type(&params, false),
+            many => self
+                .context
+                .struct_type(many, false)
+                .fn_type(&params, false),
+        };
+        let mut constraints = constraints.to_vec();
+        constraints.push("~{memory}".to_string());
+        let asm_value = self.context.create_inline_asm(
+            fn_type,
+            asm.to_string(),
+            constraints.join(","),
+            true,
+            false,
+            None,
+            false,
+        );
+        let args: Vec<_> = inputs.iter().map(|&v| v.into()).collect();
+        let call = self
+            .builder
+            .build_indirect_call(fn_type, asm_value, &args, "")?;
+        let Some(result) = call.try_as_basic_value().basic() else {
+            return Ok(Vec::new());
+        };
+        Ok(match result {
+            BasicValueEnum::StructValue(s) => (0..outputs.len() as u32)
+                .map(|i| self.builder.build_extract_value(s, i, ""))
+                .collect::<std::result::Result<_, _>>()?,
+            one => vec![one],
+        })
+    }
+
+    /// The PTX constraint letter of a register of type `ty`.
+    fn constraint(&self, ty: crate::thread::Type) -> &'static str {
+        match ty {
+            crate::thread::Type::F32 => "f",
+            crate::thread::Type::I64 => "l",
+            _ => "r",
+        }
+    }
+
+    /// `values` through an asm statement that names none of them but "writes" each: code that
+    /// defines them stays before it, code that uses the results after it (`wgmma`'s
+    /// accumulators are not ready before `wgmma.wait_group`, and may not be written between
+    /// `wgmma.fence` and the `wgmma`).
+    fn pass_through(
+        &self,
+        asm: &str,
+        values: &[crate::thread::Reg],
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        let (inputs, types) = self.asm_operands(values)?;
+        let outputs: Vec<String> = values
+            .iter()
+            .map(|&r| format!("={}", self.constraint(self.program.ty(r))))
+            .collect();
+        let tied = (0..values.len()).map(|i| i.to_string());
+        let constraints: Vec<String> = outputs.into_iter().chain(tied).collect();
+        let words = self.asm(asm, &constraints, &types, &inputs)?;
+        words
+            .into_iter()
+            .zip(values)
+            .map(|(word, &r)| Ok(self.builder.build_bit_cast(word, self.ty(r), "")?))
+            .collect()
+    }
+
+    /// Registers as asm operands: 16-bit pairs as i32 (the `r` constraint), others as they are.
+    fn asm_operands(
+        &self,
+        values: &[crate::thread::Reg],
+    ) -> Result<(Vec<BasicValueEnum<'ctx>>, Vec<BasicTypeEnum<'ctx>>)> {
+        let i32_type = self.context.i32_type();
+        let mut inputs = Vec::new();
+        for &r in values {
+            let value = self.value(r)?;
+            inputs.push(match self.program.ty(r) {
+                crate::thread::Type::F16x2 | crate::thread::Type::BF16x2 => {
+                    self.builder.build_bit_cast(value, i32_type, "")?
+                }
+                _ => value,
+            });
+        }
+        let types = inputs.iter().map(|v| v.get_type()).collect();
+        Ok((inputs, types))
+    }
+
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}` with the
+    /// accumulators in and out, `scale-d` true (accumulate), A and B unscaled.
+    fn wgmma(
+        &self,
+        a: &crate::thread::WgmmaA,
+        b: crate::thread::Reg,
+        trans_b: bool,
+        acc: &[crate::thread::Reg],
+        elem: crate::thread::Type,
+    ) -> Result<Vec<BasicValueEnum<'ctx>>> {
+        let count = acc.len();
+        let elem = elem.name();
+        let mut inputs = Vec::new();
+        let mut constraints: Vec<String> = vec!["=f".to_string(); count];
+        let operand = |i: usize| format!("${i}");
+        let d: Vec<String> = (0..count).map(operand).collect();
+        let mut next = count;
+        let a_text = match a {
+            crate::thread::WgmmaA::Descriptor { desc, .. } => {
+                inputs.push(self.value(*desc)?);
+                constraints.push("l".to_string());
+                next += 1;
+                operand(next - 1)
+            }
+            crate::thread::WgmmaA::Registers(regs) => {
+                let (words, _) = self.asm_operands(regs)?;
+                let first = next;
+                for word in words {
+                    inputs.push(word);
+                    constraints.push("r".to_string());
+                    next += 1;
+                }
+                let names: Vec<String> = (first..next).map(operand).collect();
+                format!("{{{}}}", names.join(", "))
+            }
+        };
+        inputs.push(self.value(b)?);
+        constraints.push("l".to_string());
+        let b_text = operand(next);
+        let scale_d = operand(next + 1);
+        inputs.push(self.context.i32_type().const_int(1, false).into());
+        constraints.push("r".to_string());
+        for (i, &r) in acc.iter().enumerate() {
+            inputs.push(self.value(r)?);
+            constraints.push(i.to_string());
+        }
+        let trans = match a {
+            crate::thread::WgmmaA::Descriptor { trans, .. } => {
+                format!("{}, {}", *trans as u8, trans_b as u8)
+            }
+            crate::thread::WgmmaA::Registers(_) => format!("{}", trans_b as u8),
+        };
+        let asm = format!(
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n\
+             wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem} {{{d}}}, {a_text}, \
+             {b_text}, p, 1, 1, {trans};\n}}",
+            n = 2 * count,
+            d = d.join(", "),
+        );
+        let f32_type = self.context.f32_type().into();
+        self.asm(&asm, &constraints, &vec![f32_type; count], &inputs)
     }
 
     /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`.
@@ -497,6 +699,9 @@ impl<'ctx> Translation<'_, 'ctx> {
                 .into(),
             Cast::Trunc => b
                 .build_int_truncate(x.into_int_value(), to.into_int_type(), "")?
+                .into(),
+            Cast::PtrToInt => b
+                .build_ptr_to_int(x.into_pointer_value(), to.into_int_type(), "")?
                 .into(),
         })
     }

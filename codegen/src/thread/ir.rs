@@ -167,6 +167,8 @@ pub enum Cast {
     ZExt,
     SExt,
     Trunc,
+    /// A pointer to the i64 address within its space (a shared-memory byte offset).
+    PtrToInt,
 }
 
 /// f32 math functions, named after the PTX instruction each is.
@@ -332,6 +334,43 @@ pub enum Op {
         b: Vec<Reg>,
         c: Vec<Reg>,
     },
+    /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes so far are ordered
+    /// before what the async proxy (`wgmma`'s operand reads) does after the next barrier.
+    FenceProxyAsync,
+    /// `wgmma.fence.sync.aligned`: register writes before it (accumulators, A fragments) are
+    /// ordered before the `wgmma`s after it. The results are the operands, passed through, so
+    /// that what defines them stays before the fence.
+    WgmmaFence(Vec<Reg>),
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{elem}.{elem}` over the warpgroup, `N = 2 *
+    /// acc.len()`: `acc` are this thread's f32 accumulators (`layout::wgmma`), `b` the i64
+    /// descriptor of B (`trans_b`: N-major); the results are `d = a * b + acc`, which may be
+    /// read only after a [`Op::WgmmaWait`] retires the group the instruction joins.
+    Wgmma {
+        a: WgmmaA,
+        b: Reg,
+        trans_b: bool,
+        acc: Vec<Reg>,
+        /// F16 or BF16.
+        elem: Type,
+    },
+    /// `wgmma.commit_group.sync.aligned`: the `wgmma`s issued since the last commit form a group.
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` groups are
+    /// incomplete. The results are `values` (the accumulators of the groups it retires),
+    /// passed through, so that what reads them stays after the wait.
+    WgmmaWait {
+        pending: u32,
+        values: Vec<Reg>,
+    },
+}
+
+/// Where a `wgmma` takes A from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WgmmaA {
+    /// Shared memory, through an i64 descriptor (`trans`: M-major).
+    Descriptor { desc: Reg, trans: bool },
+    /// Four 16-bit pairs of this thread: the `mma.sync` A fragment of its warp's 16 rows.
+    Registers(Vec<Reg>),
 }
 
 /// An op with its results and, where it came from a tile op, that op's DSL source position.
@@ -366,6 +405,9 @@ pub struct Program {
     /// The block's shared memory, in bytes: static up to 48 KiB, dynamic above
     /// ([`Program::dynamic_shared_bytes`]).
     pub shared_bytes: u32,
+    /// The alignment of the shared memory's start, in bytes: 16, or 1024 where `wgmma` reads
+    /// swizzled tiles (the swizzle acts on addresses).
+    pub shared_align: u32,
     /// The type of every register, by [`Reg`].
     pub types: Vec<Type>,
     pub body: Block,

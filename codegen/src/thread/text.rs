@@ -5,7 +5,7 @@ use std::fmt::{self, Write};
 
 use super::ir::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Special,
+    ShuffleMode, Special, WgmmaA,
 };
 
 impl fmt::Display for Program {
@@ -199,6 +199,31 @@ fn op_text(op: &Op) -> String {
             regs(b),
             regs(c)
         ),
+        Op::FenceProxyAsync => "fence.proxy.async.shared::cta".to_string(),
+        Op::WgmmaFence(values) => format!("wgmma.fence {}", regs(values)),
+        Op::Wgmma {
+            a,
+            b,
+            trans_b,
+            acc,
+            elem,
+        } => format!(
+            "wgmma.m64n{}k16.{} {{{}}}, {}, {}{}",
+            2 * acc.len(),
+            elem.name(),
+            regs(acc),
+            match a {
+                WgmmaA::Descriptor { desc, trans } =>
+                    format!("{}{}", reg(*desc), if *trans { ".trans" } else { "" }),
+                WgmmaA::Registers(a) => format!("{{{}}}", regs(a)),
+            },
+            reg(*b),
+            if *trans_b { ".trans" } else { "" }
+        ),
+        Op::WgmmaCommit => "wgmma.commit_group".to_string(),
+        Op::WgmmaWait { pending, values } => {
+            format!("wgmma.wait_group {pending} {}", regs(values))
+        }
     }
 }
 
@@ -282,5 +307,6 @@ fn cast_name(c: Cast) -> &'static str {
         Cast::ZExt => "cvt.zext",
         Cast::SExt => "cvt.sext",
         Cast::Trunc => "cvt.trunc",
+        Cast::PtrToInt => "mov.addr",
     }
 }

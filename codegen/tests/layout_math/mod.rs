@@ -2,3 +2,4 @@
 
 mod mma;
 mod swizzle;
+mod wgmma;

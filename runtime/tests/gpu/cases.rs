@@ -100,6 +100,8 @@ pub struct Case {
     /// pointer's address in bytes, an integer's value) in every run, as the launcher checks.
     pub divisibility: Vec<(&'static str, u64)>,
     pub target: Target,
+    /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores (sm_90a).
+    pub wgmma: bool,
     pub tolerance: Tolerance,
 }
 
@@ -181,6 +183,7 @@ pub fn cases() -> Vec<Case> {
                 num_stages: 1,
                 divisibility: Vec::new(),
                 target,
+                wgmma: false,
                 tolerance,
             })
         };
@@ -284,9 +287,36 @@ pub fn cases() -> Vec<Case> {
                 num_stages: 3,
                 divisibility: GEMM_DIVISIBILITY.to_vec(),
                 target,
+                wgmma: false,
                 tolerance: reduced(dtype),
             });
         }
+    }
+    // The GEMM on wgmma: a 64-byte swizzled A (K = 32) with an N-major B, and 128-byte ones
+    // (K = 64) with B in two slabs, over one and two warpgroups.
+    for (dtype, [m, n, k], num_warps, num_stages) in [
+        (F16, [64, 64, 32], 4, 3),
+        (BF16, [64, 64, 32], 4, 3),
+        (BF16, [128, 128, 64], 4, 2),
+        (F16, [128, 128, 64], 8, 3),
+    ] {
+        let spec = Spec::new()
+            .dtype("T", dtype)
+            .dtype("B", dtype)
+            .int("BLOCK_M", m)
+            .int("BLOCK_N", n)
+            .int("BLOCK_K", k);
+        let kernel = gemm::gemm_bias_gelu::build(&spec).expect("gemm builds");
+        cases.push(Case {
+            name: format!("gemm_{dtype}_wgmma_m{m}_n{n}_k{k}_s{num_stages}_w{num_warps}_sm_90a"),
+            kernel,
+            num_warps,
+            num_stages,
+            divisibility: GEMM_DIVISIBILITY.to_vec(),
+            target: Target::Sm90a,
+            wgmma: true,
+            tolerance: reduced(dtype),
+        });
     }
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
     for s in prebuilt::shipped() {
@@ -303,6 +333,7 @@ pub fn cases() -> Vec<Case> {
             num_warps: s.config.num_warps,
             num_stages: s.config.num_stages,
             target: s.target,
+            wgmma: false,
         });
     }
     for target in Target::ALL {
@@ -328,6 +359,7 @@ pub fn cases() -> Vec<Case> {
                     num_stages: 1,
                     divisibility: Vec::new(),
                     target,
+                    wgmma: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }

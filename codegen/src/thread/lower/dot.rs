@@ -15,7 +15,7 @@ use crate::layout::mma::{
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{
-    ConversionKind, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap, linear_terms,
+    ConversionKind, Layout, LayoutAssignment, MmaVersion, THREADS_PER_WARP, ThreadMap, linear_terms,
 };
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -42,15 +42,8 @@ pub(super) enum SharedBase {
 impl SharedTile {
     /// The same bytes seen as the transposed tile.
     fn transposed(&self) -> SharedTile {
-        let l = &self.layout;
         SharedTile {
-            layout: SwizzledShared::new(
-                l.vec,
-                l.per_phase,
-                l.max_phase,
-                [l.order[1], l.order[0]],
-                [l.shape[1], l.shape[0]],
-            ),
+            layout: self.layout.transposed(),
             ..*self
         }
     }
@@ -74,8 +67,11 @@ impl Pending {
     }
 }
 
-/// Staged tiles are aligned to 128 bytes: one pass over the 32 banks.
-const TILE_ALIGN: u32 = 128;
+/// Staged tiles are aligned to 128 bytes (one pass over the 32 banks), or to 1024 where `wgmma`
+/// reads them: its swizzle acts on address bits up to 1024.
+pub(super) fn tile_align(layouts: &LayoutAssignment) -> u32 {
+    if layouts.uses_wgmma() { 1024 } else { 128 }
+}
 
 fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
     let shape = kernel.ty(value).shape();
@@ -84,8 +80,8 @@ fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
 }
 
 /// The bytes a tile of `value` takes in shared memory, aligned for the next.
-pub(super) fn aligned_tile_bytes(kernel: &Kernel, value: Value) -> u32 {
-    tile_bytes(kernel, value).next_multiple_of(TILE_ALIGN)
+pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, value: Value) -> u32 {
+    tile_bytes(kernel, value).next_multiple_of(tile_align(layouts))
 }
 
 /// The bytes every staged tile of the kernel takes, together, pipelined loads' buffers
@@ -94,14 +90,14 @@ pub(super) fn staged_bytes(kernel: &Kernel, layouts: &LayoutAssignment) -> u32 {
     let staged: u32 = layouts
         .all_conversions()
         .filter(|c| c.kind == ConversionKind::Stage)
-        .map(|c| aligned_tile_bytes(kernel, c.value))
+        .map(|c| aligned_tile_bytes(kernel, layouts, c.value))
         .sum();
     let buffers: u32 = layouts
         .pipelines()
         .flat_map(|(_, p)| {
             p.loads
                 .iter()
-                .map(|l| p.stages * aligned_tile_bytes(kernel, l.value))
+                .map(|l| p.stages * aligned_tile_bytes(kernel, layouts, l.value))
         })
         .sum();
     staged + buffers
@@ -118,7 +114,7 @@ fn vector_run(map: &ThreadMap, layout: &SwizzledShared) -> usize {
 }
 
 /// An operand's 32-bit registers, loaded from shared memory on first use.
-enum Fragments {
+pub(super) enum Fragments {
     Registers(Vec<Reg>),
     Shared {
         tile: SharedTile,
@@ -164,7 +160,7 @@ impl Lowering<'_> {
             layout: tile_layout,
             elem,
         };
-        self.next_staged += aligned_tile_bytes(self.kernel, value);
+        self.next_staged += aligned_tile_bytes(self.kernel, self.layouts, value);
         if self.pending.reads {
             self.barrier();
         }
@@ -292,20 +288,30 @@ impl Lowering<'_> {
         let phase_mask = self.i32_const(layout.max_phase as i64 - 1);
         let vec_shift = self.i32_const(log2(layout.vec));
         let vec_mask = self.i32_const(layout.vec as i64 - 1);
-        let row_len = self.i32_const(layout.row_len() as i64);
+        let slab_len = self.i32_const(layout.slab as i64);
         let phase_row = self.int(IntOp::LShr, row, per_phase);
         let phase = self.int(IntOp::And, phase_row, phase_mask);
         let chunk = self.int(IntOp::LShr, col, vec_shift);
         let swizzled = self.int(IntOp::Xor, chunk, phase);
         let chunk_start = self.int(IntOp::Shl, swizzled, vec_shift);
         let within = self.int(IntOp::And, col, vec_mask);
-        let row_start = self.int(IntOp::Mul, row, row_len);
+        let row_start = self.int(IntOp::Mul, row, slab_len);
         let in_row = self.int(IntOp::Add, chunk_start, within);
-        self.int(IntOp::Add, row_start, in_row)
+        let index = self.int(IntOp::Add, row_start, in_row);
+        if layout.slab == layout.row_len() {
+            return index;
+        }
+        // A slabbed tile: the column's slab bits passed through the XOR (`max_phase * vec <=
+        // slab`) as if slabs sat side by side in a row of `slab`; each is `rows` rows long.
+        let slab_mask = self.i32_const(!(layout.slab as i64 - 1));
+        let slab_col = self.int(IntOp::And, col, slab_mask);
+        let rows_after = self.i32_const(layout.rows() as i64 - 1);
+        let slab_rows = self.int(IntOp::Mul, slab_col, rows_after);
+        self.int(IntOp::Add, index, slab_rows)
     }
 
     /// How the `dot` at hand gets operand `op` (`value`, of logical `shape`).
-    fn fragments(
+    pub(super) fn fragments(
         &mut self,
         inst: &TileInst,
         mma: MmaV2,
@@ -436,6 +442,9 @@ impl Lowering<'_> {
             return Err(unsupported(inst, "expected an mma accumulator layout"));
         };
         let mma = layout.as_v2();
+        if layout.version == MmaVersion::V3 {
+            return self.wgmma_dot(inst, mma, [lhs, rhs, acc]);
+        }
         let (a_shape, b_shape) = (self.shape(lhs), self.shape(rhs));
         let (a_shape, b_shape) = ([a_shape[0], a_shape[1]], [b_shape[0], b_shape[1]]);
         for (op, shape) in [(Operand::A, a_shape), (Operand::B, b_shape)] {

@@ -16,6 +16,7 @@ mod dot;
 mod memory;
 mod movement;
 mod pipeline;
+mod wgmma;
 
 use std::collections::HashMap;
 
@@ -93,6 +94,7 @@ pub fn lower(
         params,
         threads_per_block: options.threads_per_block(),
         shared_bytes: lowering.shared_bytes,
+        shared_align: if layouts.uses_wgmma() { 1024 } else { 16 },
         types: lowering.types,
         body: Block { insts },
         assumptions: layouts.divisibility.assumptions.clone(),
@@ -375,8 +377,12 @@ impl Lowering<'_> {
         self.scratch
     }
 
-    /// `bar.sync 0`; nothing staged is pending after it.
+    /// `bar.sync 0`; nothing staged is pending after it. Where `wgmma` reads shared memory,
+    /// each thread's writes first fence the async proxy.
     pub(super) fn barrier(&mut self) {
+        if self.layouts.uses_wgmma() {
+            self.emit_effect(Op::FenceProxyAsync);
+        }
         self.emit_effect(Op::Barrier);
         self.pending = dot::Pending::default();
     }
@@ -409,7 +415,9 @@ impl Lowering<'_> {
                     }
                     ConversionKind::Stage => self.stage(inst, conversion.value, &conversion.to)?,
                     // The `dot` reads its operands itself, one k step at a time.
-                    ConversionKind::Ldmatrix { .. } | ConversionKind::AccumulatorAsA => {}
+                    ConversionKind::Ldmatrix { .. }
+                    | ConversionKind::Descriptor { .. }
+                    | ConversionKind::AccumulatorAsA => {}
                 }
             }
             if let TileOp::Yield { values } = &inst.op {

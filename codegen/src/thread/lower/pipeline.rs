@@ -50,7 +50,7 @@ impl Lowering<'_> {
         let [lower, upper, step] = bounds;
         let mut buffers = Vec::new();
         for load in &loop_info.loads {
-            let bytes = aligned_tile_bytes(self.kernel, load.value);
+            let bytes = aligned_tile_bytes(self.kernel, self.layouts, load.value);
             buffers.push((self.next_staged, bytes));
             self.next_staged += loop_info.stages * bytes;
         }
