@@ -77,10 +77,11 @@ pub struct CompileOptions {
     /// (`file line col`, the path relative to the workspace), for profilers and debuggers. The
     /// machine code is the same either way; ptxas adds line tables to the cubin.
     pub line_info: bool,
-    /// Whether `dot`s run on Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a) where
-    /// they fit ([`layout::wgmma`]): 16-bit operands, M a multiple of 16 x `num_warps`, N a
-    /// multiple of 8 up to 256, B (and A unless it is an earlier `dot`'s accumulator) staged in
-    /// shared memory in a layout `wgmma` reads. Other `dot`s stay on `mma.sync`.
+    /// Whether `dot`s run on Hopper's warpgroup tensor cores (`wgmma.mma_async`, sm_90a)
+    /// instead of `mma.sync` ([`layout::wgmma`]): every `dot` then needs M a multiple of 16 x
+    /// `num_warps`, N a multiple of 8 up to 256, and B (and A unless it is an earlier `dot`'s
+    /// accumulator) in shared memory with rows of 32 bytes or more; one that does not fit is an
+    /// error naming it.
     pub wgmma: bool,
 }
 
@@ -107,7 +108,7 @@ impl CompileOptions {
         }
     }
 
-    /// The same options with `dot`s on `wgmma` where they fit (or not).
+    /// The same options with `dot`s on `wgmma` (or not).
     pub fn with_wgmma(self, wgmma: bool) -> CompileOptions {
         CompileOptions { wgmma, ..self }
     }

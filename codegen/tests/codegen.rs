@@ -356,13 +356,13 @@ fn attention_case(
     cases::Case {
         name: plan::specialisation_name(kernel, &p, target),
         kernel: kernel
-            .build(&p.spec(config))
+            .build(&p.spec(kernel, config))
             .expect("a shipped kernel builds"),
         divisibility: prebuilt::divisibility(kernel),
         num_warps: config.num_warps,
         num_stages: config.num_stages,
         target,
-        wgmma: false,
+        wgmma: config.wgmma,
         tolerance: cases::attention_tolerance(name, dtype),
     }
 }
@@ -396,6 +396,28 @@ fn the_emulator_agrees_on_every_attention_kernel() {
             }
         }
     }
+}
+
+/// The attention kernels on `wgmma` (the GPU cases': sm_90a's block sizes, head dims 64 and
+/// 128, f16 and bf16, causal and not) agree with the interpreter: descriptors, the forward's
+/// softmax overlapped with P @ V, waits deferred to the first use (a write to shared memory a
+/// `wgmma` may still read fails here).
+#[test]
+fn the_emulator_agrees_on_attention_kernels_on_wgmma() {
+    let mut count = 0;
+    for case in cases::cases().iter().filter(|c| c.wgmma && is_attention(c)) {
+        for run in cases::runs(case) {
+            let outcome = emulate_run(case, &run);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "{} {}: {:?}",
+                case.name, run.label, outcome.first
+            );
+            count += 1;
+        }
+    }
+    // 2 dtypes x 2 head dims x 2 masks x 3 kernels, 2 runs each.
+    assert_eq!(count, 48, "runs of the wgmma attention cases");
 }
 
 /// The pipelined loops at 1 (off), 2, 3 and 4 stages agree with the interpreter: the aligned
@@ -447,20 +469,60 @@ fn drop_insts(
     drop: &dyn Fn(&kiln_codegen::thread::Op) -> bool,
 ) {
     block.insts.retain(|inst| !drop(&inst.op));
+    for_each_block(block, &mut |inner| drop_insts(inner, drop));
+}
+
+/// `f` on each op of `block` and its nested blocks.
+fn edit_ops(
+    block: &mut kiln_codegen::thread::Block,
+    f: &mut dyn FnMut(&mut kiln_codegen::thread::Op),
+) {
+    for inst in &mut block.insts {
+        f(&mut inst.op);
+    }
+    for_each_block(block, &mut |inner| edit_ops(inner, f));
+}
+
+/// `f` on the blocks nested in `block`'s ops.
+fn for_each_block(
+    block: &mut kiln_codegen::thread::Block,
+    f: &mut dyn FnMut(&mut kiln_codegen::thread::Block),
+) {
     for inst in &mut block.insts {
         match &mut inst.op {
-            kiln_codegen::thread::Op::For { body, .. } => drop_insts(body, drop),
+            kiln_codegen::thread::Op::For { body, .. } => f(body),
             kiln_codegen::thread::Op::If {
                 then_block,
                 else_block,
                 ..
             } => {
-                drop_insts(then_block, drop);
-                drop_insts(else_block, drop);
+                f(then_block);
+                f(else_block);
             }
             _ => {}
         }
     }
+}
+
+/// A `wgmma` group not waited for before its operand buffer is refilled, or at the end of the
+/// kernel, is an error in the emulator.
+#[test]
+fn the_emulator_finds_writes_under_a_wgmma_in_flight() {
+    use kiln_codegen::thread::Op;
+    let case = case("gemm_f16_wgmma_m64_n64_k32_s3_w4_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let mut program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    edit_ops(&mut program.body, &mut |op| {
+        if let Op::WgmmaWait { pending, .. } = op {
+            *pending += 1;
+        }
+    });
+    let err = emulate::run(&program, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+    assert!(
+        err.to_string().contains("written while a wgmma may still read it"),
+        "{err}"
+    );
 }
 
 /// A pipelined loop that reads its buffer before waiting for the copies into it, or that
@@ -773,10 +835,10 @@ fn layouts_print_like_tritons_gpu_dialect() {
         slabbed.to_string(),
         "#shared<{vec = 8, per_phase = 1, max_phase = 8, order = [1, 0], slab = 64}>"
     );
-    let wgmma = Layout::Mma(kiln_codegen::layout::MmaLayout::v3(8, 128));
+    let wgmma = Layout::Mma(kiln_codegen::layout::MmaLayout::v3(8));
     assert_eq!(
         wgmma.to_string(),
-        "#mma<{version = 3, warps_per_cta = [8, 1], instr_shape = [16, 128]}>"
+        "#mma<{version = 3, warps_per_cta = [8, 1], instr_shape = [16, 8]}>"
     );
 }
 
@@ -858,7 +920,8 @@ fn loc_line(line: &str) -> Option<(u32, usize)> {
 }
 
 /// The forward attention kernel's PTX leads from its instructions to the DSL source: `.loc`
-/// lines in files named relative to the workspace, each `mma.sync` at a line with a `dot` call,
+/// lines in files named relative to the workspace, each `mma.sync` at a line with a `dot` call
+/// of the loop it runs (not the one that overlaps the softmax, for `wgmma`),
 /// and nothing else of debug info (no DWARF sections, no `.target ..., debug`).
 #[test]
 fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
@@ -880,7 +943,8 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     let dot_lines: Vec<usize> = (1..=lines.len())
         .filter(|&n| lines[n - 1].contains("dot("))
         .collect();
-    assert_eq!(dot_lines.len(), 2, "QK^T and PV");
+    // The overlapped loop's (the first block's QK^T, the next one's, PV), then the plain one's.
+    assert_eq!(dot_lines.len(), 5, "QK^T and PV in each loop");
     let mut at = None;
     let mut mma_lines = Vec::new();
     for line in ptx.lines() {
@@ -896,7 +960,11 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     }
     mma_lines.sort();
     mma_lines.dedup();
-    assert_eq!(mma_lines, dot_lines, "the lines of the mma.syncs' .loc");
+    assert_eq!(
+        mma_lines,
+        dot_lines[3..],
+        "the lines of the mma.syncs' .loc: the plain loop's"
+    );
     // The ops inlined from `#[kernel_fn]`s point at their own file.
     assert!(
         files
@@ -912,7 +980,7 @@ fn staged_tiles_beyond_the_targets_shared_memory_are_refused() {
     let kernel = AttentionKernel::DkDv;
     let p = cases::attention_params(F16, 128, false, 1, 1);
     let ir = kernel
-        .build(&p.spec(KernelConfig::new(128, 128, 8, 3)))
+        .build(&p.spec(kernel, KernelConfig::new(128, 128, 8, 3)))
         .unwrap();
     let options = prebuilt::divisibility(kernel).into_iter().fold(
         CompileOptions::new(Target::Sm90a, 8).with_stages(3),
@@ -1120,6 +1188,35 @@ fn num_warps_must_be_a_power_of_two() {
     );
 }
 
+/// `wgmma` is refused where it cannot run, naming why: another target, warps that are not
+/// whole warpgroups, a `dot` whose rows do not give every warp 16.
+#[test]
+fn wgmma_refusals_name_the_reason() {
+    let gemm = case("gemm_f16_wgmma_m64_n64_k32_s3_w4_sm_90a");
+    let options = case_options(&gemm, Target::Sm90a);
+    let refused = |options: CompileOptions| compile(&gemm.kernel, &options).unwrap_err().to_string();
+    assert_eq!(
+        refused(case_options(&gemm, Target::Sm80)),
+        "invalid compile options: wgmma needs the sm_90a target, got sm_80"
+    );
+    assert_eq!(
+        refused(CompileOptions {
+            num_warps: 2,
+            ..options.clone()
+        }),
+        "invalid compile options: wgmma needs whole warpgroups: num_warps a multiple of 4, got 2"
+    );
+    // 64 rows cannot give 8 warps 16 each.
+    let message = refused(CompileOptions {
+        num_warps: 8,
+        ..options
+    });
+    assert!(
+        message.contains("`dot`") && message.contains("wgmma with every warp along M"),
+        "{message}"
+    );
+}
+
 // ---- the GPU test's PTX, and ptxas ----
 
 /// kiln-runtime's GPU test carries the PTX of its cases (so that it needs no LLVM), but of the
@@ -1129,7 +1226,7 @@ fn num_warps_must_be_a_power_of_two() {
 fn the_gpu_tests_ptx_is_up_to_date() {
     let cases: Vec<cases::Case> = cases::cases()
         .into_iter()
-        .filter(|c| !is_attention(c))
+        .filter(|c| !is_attention(c) || c.wgmma)
         .collect();
     let compiled: Vec<(String, Compiled)> = cases
         .iter()
@@ -1137,7 +1234,7 @@ fn the_gpu_tests_ptx_is_up_to_date() {
         .collect();
     check_ptx_dir(
         &manifest_path("../runtime/tests/gpu/ptx"),
-        "the PTX\n//! of every GPU test case but the attention kernels (kiln-kernels ships those)",
+        "the PTX\n//! of every GPU test case but the shipped attention kernels (kiln-kernels ships those)",
         &compiled,
     );
 }
@@ -1151,7 +1248,9 @@ fn the_shipped_attention_ptx_is_what_the_dsl_gives() {
     let compiled = parallel_map(&shipped, |s| {
         let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
         let options = prebuilt::divisibility(s.kernel).into_iter().fold(
-            CompileOptions::new(s.target, s.config.num_warps).with_stages(s.config.num_stages),
+            CompileOptions::new(s.target, s.config.num_warps)
+                .with_stages(s.config.num_stages)
+                .with_wgmma(s.config.wgmma),
             |options, (name, n)| options.with_divisibility(name, n),
         );
         let compiled = compile(&kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", s.name));
@@ -1563,7 +1662,9 @@ fn attention_kernels_compile_in_well_under_a_second() {
         let p = cases::attention_params(BF16, 128, true, 1, 1);
         let config = attention_config(name, 128, true, Target::Sm90a);
         let options = prebuilt::divisibility(kernel).into_iter().fold(
-            CompileOptions::new(Target::Sm90a, config.num_warps).with_stages(config.num_stages),
+            CompileOptions::new(Target::Sm90a, config.num_warps)
+                .with_stages(config.num_stages)
+                .with_wgmma(config.wgmma),
             |options, (arg, n)| options.with_divisibility(arg, n),
         );
         // Best of 3 of the whole, and of its parts: building the IR from the DSL, the layout and
@@ -1572,7 +1673,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
         let (mut best, mut build, mut thread) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..3 {
             let start = std::time::Instant::now();
-            let built = kernel.build(&p.spec(config)).unwrap();
+            let built = kernel.build(&p.spec(kernel, config)).unwrap();
             build = build.min(ms(start));
             compile(&built, &options).unwrap();
             best = best.min(ms(start));

@@ -39,7 +39,7 @@ fn default_attention() -> AttentionParams {
 /// `kernel`'s spec for the default call, at sm_90a's block sizes.
 fn attention_spec(kernel: AttentionKernel) -> Spec {
     let config = config(64, true, Target::Sm90a).expect("head dim 64 has kernels");
-    default_attention().spec(config.kernel(kernel))
+    default_attention().spec(kernel, config.kernel(kernel))
 }
 
 /// A `T = f16` spec with the given block sizes.

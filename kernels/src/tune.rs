@@ -16,9 +16,10 @@ use crate::reference::Rng;
 
 /// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps;
 /// the forward keeps at least 64 query rows and tries 2 and 3 pipeline stages, the backward
-/// kernels (whose loops hold twice the tiles) 2. The compiler refuses what does not fit (shared
+/// kernels (whose loops hold twice the tiles) 2; on sm_90a each again on `wgmma` where every
+/// warp can take 16 query rows of its own. The compiler refuses what does not fit (shared
 /// memory, warps the tile cannot feed); those trials say so.
-pub fn candidates(kernel: AttentionKernel) -> Vec<KernelConfig> {
+pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> {
     let (block_ms, stages): (&[usize], &[u32]) = match kernel {
         AttentionKernel::Forward => (&[64, 128], &[2, 3]),
         _ => (&[32, 64, 128], &[2]),
@@ -28,7 +29,17 @@ pub fn candidates(kernel: AttentionKernel) -> Vec<KernelConfig> {
         for block_n in [32, 64, 128] {
             for num_warps in [4, 8] {
                 for &num_stages in stages {
-                    all.push(KernelConfig::new(block_m, block_n, num_warps, num_stages));
+                    let config = KernelConfig::new(block_m, block_n, num_warps, num_stages);
+                    all.push(config);
+                    // On Hopper's warpgroup tensor cores: every warp along the rows of each
+                    // product, 16 or more each (dK/dV's products are along keys and queries).
+                    let rows = match kernel {
+                        AttentionKernel::DkDv => block_m.min(block_n),
+                        _ => block_m,
+                    };
+                    if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
+                        all.push(config.on_wgmma());
+                    }
                 }
             }
         }
@@ -100,7 +111,7 @@ pub fn tune(
     let mut trials = Vec::new();
     for &kernel in &setup.kernels {
         let shipped = table.kernel(kernel);
-        let mut configs = candidates(kernel);
+        let mut configs = candidates(kernel, target);
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {
@@ -245,7 +256,7 @@ mod tests {
                 ] {
                     let shipped = table.kernel(kernel);
                     assert!(
-                        candidates(kernel).contains(&shipped),
+                        candidates(kernel, Target::Sm90a).contains(&shipped),
                         "{kernel:?} d{head_dim}: {shipped}"
                     );
                 }

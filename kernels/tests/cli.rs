@@ -80,7 +80,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, OVERLAP_SOFTMAX = false, T = f16>"
         ),
         "{out}"
     );
@@ -154,6 +154,20 @@ fn compiler_stages_need_the_codegen_feature() {
         assert!(out.contains("define "), "{out}");
         let out = succeeds(&mut kiln(&["ptx", "softmax_rows"]));
         assert!(out.contains(".visible .entry softmax_rows("), "{out}");
+        // The forward on wgmma, its softmax overlapped: the spec is the user's to give.
+        let spec = "HEAD_DIM=64,OVERLAP_SOFTMAX=true";
+        let out = succeeds(&mut kiln(&[
+            "ptx",
+            "attention_fwd",
+            "--spec",
+            spec,
+            "--wgmma",
+            "yes",
+        ]));
+        assert!(out.contains("wgmma.mma_async.sync.aligned.m64n"), "{out}");
+        assert!(out.contains("wgmma.wait_group.sync.aligned 1;"), "{out}");
+        let err = fails(&["ptx", "attention_fwd", "--arch", "sm_80", "--wgmma", "yes"]);
+        assert!(err.contains("wgmma needs the sm_90a target, got sm_80"), "{err}");
         return;
     }
     let err = fails(&["llvm", "attention_fwd"]);
@@ -169,6 +183,10 @@ fn compiler_stages_need_the_codegen_feature() {
     assert!(err.contains("--features codegen"), "{err}");
     let err = fails(&["ptx", "attention_fwd", "--warps", "8"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
+    let err = fails(&["ptx", "attention_fwd", "--wgmma", "yes"]);
+    assert!(err.contains("not a specialisation kiln ships"), "{err}");
+    let err = fails(&["ptx", "attention_fwd", "--wgmma", "perhaps"]);
+    assert!(err.contains("`--wgmma` expects yes or no, got `perhaps`"), "{err}");
 }
 
 #[test]

@@ -54,6 +54,14 @@ pub(super) fn run_block(
             thread: Some(thread as u32),
         });
     }
+    if state.shared.async_pending() {
+        return Err(EmulationError {
+            message: "the kernel ends with wgmma groups never waited for".to_string(),
+            loc: None,
+            block: ctaid,
+            thread: None,
+        });
+    }
     Ok(())
 }
 
@@ -339,8 +347,18 @@ impl BlockState<'_, '_> {
             Op::Ldmatrix { ptr, count, trans } => self.ldmatrix(inst, *ptr, *count, *trans),
             Op::Mma { a, b, c } => self.mma(inst, a, b, c),
             // Shared memory written before a barrier is the same to every proxy here.
-            Op::FenceProxyAsync | Op::WgmmaCommit => Ok(()),
-            Op::WgmmaFence(values) | Op::WgmmaWait { values, .. } => {
+            Op::FenceProxyAsync => Ok(()),
+            Op::WgmmaCommit => {
+                self.shared.commit_async();
+                Ok(())
+            }
+            Op::WgmmaFence(values) => {
+                self.copy(&inst.results, values);
+                Ok(())
+            }
+            // The products were computed at issue; what they read stays read until here.
+            Op::WgmmaWait { pending, values } => {
+                self.shared.wait_async(*pending);
                 self.copy(&inst.results, values);
                 Ok(())
             }
@@ -511,7 +529,7 @@ impl BlockState<'_, '_> {
                 let at = desc.element_offset(major, 2, mn, k) as u64;
                 let bits = this
                     .shared
-                    .read(at, Type::I16, first as u32)
+                    .read_async(at, Type::I16, first as u32)
                     .map_err(|m| this.error(inst, Some(first), m))?;
                 Ok::<f64, EmulationError>(half_value(bits))
             };

@@ -130,14 +130,21 @@ struct Access {
 
 const MANY: u32 = u32::MAX;
 
-/// A block's shared memory: bytes, for each the last write and read, to find races, and the
-/// bytes a `cp.async` is still writing, which nobody may touch.
+/// A block's shared memory: bytes, for each the last write and read, to find races, the bytes
+/// a `cp.async` is still writing, which nobody may touch, and those a `wgmma` may still read,
+/// which nobody may write.
 pub(super) struct Shared {
     bytes: Vec<u8>,
     writes: Vec<Access>,
     reads: Vec<Access>,
     in_flight: Vec<bool>,
     phase: u32,
+    /// Per byte, the last `wgmma` group (1-based) that reads it; 0 for none.
+    async_reads: Vec<u32>,
+    /// The group `wgmma`s join now: the groups before it are committed.
+    open_group: u32,
+    /// Every group up to this one is complete.
+    retired_group: u32,
 }
 
 impl Shared {
@@ -148,6 +155,47 @@ impl Shared {
             reads: vec![Access::default(); size as usize],
             in_flight: vec![false; size as usize],
             phase: 0,
+            async_reads: vec![0; size as usize],
+            open_group: 1,
+            retired_group: 0,
+        }
+    }
+
+    /// A `wgmma`'s read of an operand element: a read by `thread` (the warpgroup's first), whose
+    /// bytes stay read until its group is waited for.
+    pub fn read_async(&mut self, offset: u64, ty: Type, thread: u32) -> Result<u64, String> {
+        let bits = self.read(offset, ty, thread)?;
+        for at in self.range(offset, ty)? {
+            self.async_reads[at] = self.open_group;
+        }
+        Ok(bits)
+    }
+
+    /// `wgmma.commit_group`.
+    pub fn commit_async(&mut self) {
+        self.open_group += 1;
+    }
+
+    /// `wgmma.wait_group pending`: all but the last `pending` committed groups are complete.
+    pub fn wait_async(&mut self, pending: u32) {
+        let committed = self.open_group - 1;
+        self.retired_group = self.retired_group.max(committed.saturating_sub(pending));
+    }
+
+    /// Whether a committed `wgmma` group was never waited for.
+    pub fn async_pending(&self) -> bool {
+        self.open_group - 1 > self.retired_group
+    }
+
+    fn check_not_read_async(&self, range: std::ops::Range<usize>) -> Result<(), String> {
+        match range
+            .into_iter()
+            .find(|&at| self.async_reads[at] > self.retired_group)
+        {
+            Some(at) => Err(format!(
+                "race: shared byte {at} written while a wgmma may still read it (before its wait_group)"
+            )),
+            None => Ok(()),
         }
     }
 
@@ -187,6 +235,7 @@ impl Shared {
             ));
         }
         self.check_settled(start..end)?;
+        self.check_not_read_async(start..end)?;
         for at in start..end {
             let (write, read) = (self.writes[at], self.reads[at]);
             if (write.touched && write.phase == self.phase && write.thread != thread)
@@ -245,6 +294,7 @@ impl Shared {
     pub fn write(&mut self, offset: u64, ty: Type, bits: u64, thread: u32) -> Result<(), String> {
         let range = self.range(offset, ty)?;
         self.check_settled(range.clone())?;
+        self.check_not_read_async(range.clone())?;
         for (i, at) in range.enumerate() {
             let (write, read) = (self.writes[at], self.reads[at]);
             if write.touched && write.phase == self.phase && write.thread != thread {

@@ -425,7 +425,9 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             Some(Layout::Mma(mma)) => mma.as_v2(),
             _ => {
                 let widest = &widest[&root];
-                let layout = match wgmma_accumulator(options, [widest[0], widest[1]]) {
+                let layout = match wgmma_accumulator(options, [widest[0], widest[1]])
+                    .map_err(|m| unsupported(dot.inst, m))?
+                {
                     Some(v3) => v3,
                     None => MmaLayout::v2(
                         MmaV2::choose([widest[0], widest[1]], options.num_warps).map_err(|m| {
@@ -676,17 +678,25 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     Ok(assignment)
 }
 
-/// The `wgmma` accumulator layout for a class as wide as `widest`, where the options ask for
-/// `wgmma` and it fits: every warp along M, M in whole instructions, N within one.
-fn wgmma_accumulator(options: &CompileOptions, widest: [usize; 2]) -> Option<MmaLayout> {
+/// The `wgmma` accumulator layout for a class as wide as `widest` where the options ask for
+/// `wgmma` (every warp along M, M in whole instructions, N within one), or why it does not fit.
+fn wgmma_accumulator(
+    options: &CompileOptions,
+    widest: [usize; 2],
+) -> Result<Option<MmaLayout>, String> {
+    if !options.wgmma {
+        return Ok(None);
+    }
     let [m, n] = widest;
-    let fits = options.wgmma
-        && n.is_multiple_of(8)
-        && n <= MAX_N
-        && MmaV2::new(options.num_warps, 1)
-            .check_acc_shape([m, n])
-            .is_ok();
-    fits.then(|| MmaLayout::v3(options.num_warps, n))
+    if !n.is_multiple_of(8) || n > MAX_N {
+        return Err(format!(
+            "wgmma takes N a multiple of 8 up to {MAX_N}, got a [{m}, {n}] accumulator"
+        ));
+    }
+    MmaV2::new(options.num_warps, 1)
+        .check_acc_shape([m, n])
+        .map_err(|e| format!("wgmma with every warp along M: {e}"))?;
+    Ok(Some(MmaLayout::v3(options.num_warps)))
 }
 
 fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {

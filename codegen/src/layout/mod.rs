@@ -581,7 +581,8 @@ pub enum MmaVersion {
 pub struct MmaLayout {
     pub version: MmaVersion,
     pub warps_per_cta: Vec<u32>,
-    /// The M x N fragment of one instruction (16 x 8 for v2).
+    /// The M x N fragment of one warp's instruction (16 x 8; a v3 instruction of N columns
+    /// is `N / 8` of them).
     pub instr_shape: Vec<u32>,
 }
 
@@ -596,11 +597,14 @@ impl MmaLayout {
     }
 
     /// The layout of a `wgmma` accumulator: [`mma::MmaV2`]'s fragments with every warp along M.
-    pub fn v3(num_warps: u32, n: usize) -> MmaLayout {
+    /// An instruction of any N holds `N / 8` of the 16 x 8 fragments side by side, so the
+    /// layout does not depend on N: the scores and the output of attention share it, and the
+    /// row statistics of one scale the other without moving.
+    pub fn v3(num_warps: u32) -> MmaLayout {
         MmaLayout {
             version: MmaVersion::V3,
             warps_per_cta: vec![num_warps, 1],
-            instr_shape: vec![mma::MMA_M as u32, n as u32],
+            instr_shape: vec![mma::MMA_M as u32, mma::MMA_N as u32],
         }
     }
 

@@ -40,7 +40,14 @@ fn the_hardware_reads_each_element_where_the_tile_put_it() {
     let base = 3 * 1024;
     let mut checked = 0;
     for is_a in [true, false] {
-        for (mn, k) in [(64, 16), (64, 32), (128, 64), (64, 128), (128, 256), (256, 64)] {
+        for (mn, k) in [
+            (64, 16),
+            (64, 32),
+            (128, 64),
+            (64, 128),
+            (128, 256),
+            (256, 64),
+        ] {
             // Logical [m, k] for A, [k, n] for B.
             let shape = if is_a { [mn, k] } else { [k, mn] };
             for order in [[1, 0], [0, 1]] {
@@ -96,8 +103,14 @@ fn the_chooser_picks_the_widest_swizzle_a_row_fills() {
             }
         }
     }
-    assert_eq!(SwizzledShared::for_wgmma_operand(F16, [64, 8], [1, 0]), None);
-    assert_eq!(SwizzledShared::for_wgmma_operand(F16, [60, 64], [1, 0]), None);
+    assert_eq!(
+        SwizzledShared::for_wgmma_operand(F16, [64, 8], [1, 0]),
+        None
+    );
+    assert_eq!(
+        SwizzledShared::for_wgmma_operand(F16, [60, 64], [1, 0]),
+        None
+    );
     let ampere = SwizzledShared::for_mma_operand(F16, [64, 128], [1, 0]);
     assert_eq!(ampere.wgmma_swizzle_bytes(F16), None, "256-byte rows");
 }

@@ -53,6 +53,9 @@ pub struct KernelConfig {
     /// kiln-codegen's `num_stages` for the kernel's streaming loop; 1 for the preprocessing
     /// kernel, which has none.
     pub num_stages: u32,
+    /// kiln-codegen's `wgmma`: the kernel's `dot`s on Hopper's warpgroup tensor cores (sm_90a,
+    /// a multiple of 4 warps).
+    pub wgmma: bool,
 }
 
 impl KernelConfig {
@@ -67,11 +70,21 @@ impl KernelConfig {
             block_n: Some(block_n),
             num_warps,
             num_stages,
+            wgmma: false,
+        }
+    }
+
+    /// The same configuration with its `dot`s on `wgmma`.
+    pub const fn on_wgmma(self) -> KernelConfig {
+        KernelConfig {
+            wgmma: true,
+            ..self
         }
     }
 }
 
-/// `128 x 64, 4 warps, 2 stages` (`64, 4 warps, 1 stage` without a key block).
+/// `128 x 64, 4 warps, 2 stages` (`64, 4 warps, 1 stage` without a key block; `, wgmma` on
+/// Hopper's warpgroup tensor cores).
 impl std::fmt::Display for KernelConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.block_m)?;
@@ -86,7 +99,11 @@ impl std::fmt::Display for KernelConfig {
             plural(self.num_warps),
             self.num_stages,
             plural(self.num_stages)
-        )
+        )?;
+        if self.wgmma {
+            write!(f, ", wgmma")?;
+        }
+        Ok(())
     }
 }
 
@@ -129,6 +146,7 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
         block_n: None,
         num_warps: 4,
         num_stages: 1,
+        wgmma: false,
     };
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {

@@ -5,8 +5,14 @@
 //! sequence or the causal mask are `-inf` before the row max. Only the last key tiles need a mask:
 //! the loop tests a scalar and masks just those. A causal block stops at its last row's diagonal.
 //! The LSE it writes is natural-log; rows that see no key get O = 0 and LSE = -inf.
+//!
+//! With `OVERLAP_SOFTMAX` (the configuration's `wgmma`), each iteration starts the next key
+//! block's scores and this block's `P @ V` on the tensor cores, then computes the next block's
+//! softmax while `P @ V` runs (FlashAttention-3's intra-warpgroup overlap): `dot`s on `wgmma`
+//! are waited for only where their results are used. The loop then runs one block ahead and
+//! carries P; its last iteration scores a block past the end, which the mask empties.
 
-use kiln_dsl::kernel;
+use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{check_head_dim, head_base, key_range, mask_scores, row_block};
 
@@ -17,6 +23,7 @@ pub fn attention_fwd<
     const BLOCK_M: usize,
     const BLOCK_N: usize,
     const CAUSAL: bool,
+    const OVERLAP_SOFTMAX: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -69,26 +76,58 @@ pub fn attention_fwd<
     let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
     let mut l_i = zeros([BLOCK_M], f32);
     let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
-    for start_n in (0..end_n).step_by(BLOCK_N) {
-        let k_tile = load(k_block, [0]);
-        let v_tile = load(v_block, [0]);
-        let qk = dot(q_tile, trans(k_tile)) * qk_scale;
-        let qk = if start_n >= full_end {
-            let offs_n = start_n + arange(0, BLOCK_N);
-            mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
-        } else {
-            qk
-        };
-        let m_new = maximum(m_i, qk.max(1));
-        // A row with no visible key so far keeps m = -inf: subtracting 0 instead gives p = 0, not NaN.
-        let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
-        let p = exp2(qk - m_safe.expand_dims(1));
-        let alpha = exp2(m_i - m_safe);
-        l_i = l_i * alpha + p.sum(1);
-        acc = dot(p.to::<T>(), v_tile, acc * alpha.expand_dims(1));
-        m_i = m_new;
+    if OVERLAP_SOFTMAX {
+        // The first block's softmax before the loop; each iteration multiplies P by V and
+        // starts the next block's.
+        let qk = scores::<CAUSAL, BLOCK_N>(
+            dot(q_tile, trans(load(k_block, [0]))),
+            qk_scale,
+            0,
+            full_end,
+            offs_m,
+            shift,
+            seqlen_k,
+        );
         k_block = advance(k_block, [BLOCK_N, 0]);
-        v_block = advance(v_block, [BLOCK_N, 0]);
+        let (m_new, p, _) = softmax_step(qk, m_i);
+        l_i = p.sum(1);
+        m_i = m_new;
+        let mut p_t = p.to::<T>();
+        for start_n in (0..end_n).step_by(BLOCK_N) {
+            // Issued in this order so that waiting for the scores leaves P @ V running.
+            let qk_next = dot(q_tile, trans(load(k_block, [0])));
+            acc = dot(p_t, load(v_block, [0]), acc);
+            // Masked without a branch: ptxas waits for every wgmma where control flow joins.
+            let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
+            let qk = mask_scores::<CAUSAL>(qk_next * qk_scale, offs_m, offs_n, shift, seqlen_k);
+            let (m_new, p, alpha) = softmax_step(qk, m_i);
+            l_i = l_i * alpha + p.sum(1);
+            acc = acc * alpha.expand_dims(1);
+            m_i = m_new;
+            p_t = p.to::<T>();
+            k_block = advance(k_block, [BLOCK_N, 0]);
+            v_block = advance(v_block, [BLOCK_N, 0]);
+        }
+    } else {
+        for start_n in (0..end_n).step_by(BLOCK_N) {
+            let k_tile = load(k_block, [0]);
+            let v_tile = load(v_block, [0]);
+            let qk = scores::<CAUSAL, BLOCK_N>(
+                dot(q_tile, trans(k_tile)),
+                qk_scale,
+                start_n,
+                full_end,
+                offs_m,
+                shift,
+                seqlen_k,
+            );
+            let (m_new, p, alpha) = softmax_step(qk, m_i);
+            l_i = l_i * alpha + p.sum(1);
+            acc = dot(p.to::<T>(), v_tile, acc * alpha.expand_dims(1));
+            m_i = m_new;
+            k_block = advance(k_block, [BLOCK_N, 0]);
+            v_block = advance(v_block, [BLOCK_N, 0]);
+        }
     }
 
     // A row that saw no key has l = 0 and acc = 0: its output is 0 and its LSE -inf.
@@ -104,4 +143,37 @@ pub fn attention_fwd<
     );
     let lse_rows = lse + batch_head.to::<i64>() * seqlen_q + offs_m;
     store(lse_rows, lse_row, offs_m < seqlen_q);
+}
+
+/// The scaled scores of the key block at `start_n`, masked where it is one of the last blocks
+/// (from `full_end`).
+#[kernel_fn]
+fn scores<const CAUSAL: bool, const BLOCK_N: usize>(
+    qk: Tile<f32>,
+    qk_scale: f32,
+    start_n: i32,
+    full_end: i32,
+    offs_m: Tile<i32>,
+    shift: i32,
+    seqlen_k: i32,
+) -> Tile<f32> {
+    let qk = qk * qk_scale;
+    if start_n >= full_end {
+        let offs_n = start_n + arange(0, BLOCK_N);
+        mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+    } else {
+        qk
+    }
+}
+
+/// One online-softmax step over scores `qk` (base 2) from the running row max `m_i`: the new
+/// max, the block's weights and the factor that rescales what came before.
+#[kernel_fn]
+fn softmax_step(qk: Tile<f32>, m_i: Tile<f32>) -> (Tile<f32>, Tile<f32>, Tile<f32>) {
+    let m_new = maximum(m_i, qk.max(1));
+    // A row with no visible key so far keeps m = -inf: subtracting 0 instead gives p = 0, not NaN.
+    let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
+    let p = exp2(qk - m_safe.expand_dims(1));
+    let alpha = exp2(m_i - m_safe);
+    (m_new, p, alpha)
 }

@@ -207,18 +207,23 @@ impl AttentionParams {
             .expect("the table covers every head dim in HEAD_DIMS"))
     }
 
-    /// The specialisation of a kernel for this call, at the block sizes of its `config`.
-    pub fn spec(&self, config: KernelConfig) -> Spec {
+    /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on
+    /// `wgmma` the forward overlaps its softmax with `P @ V`.
+    pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
             .int("HEAD_DIM", self.head_dim as i64)
             .int("BLOCK_M", config.block_m as i64);
         // The preprocessing kernel reads no keys: no key block, no mask.
-        match config.block_n {
+        let spec = match config.block_n {
             None => spec,
             Some(block_n) => spec
                 .int("BLOCK_N", block_n as i64)
                 .flag("CAUSAL", self.causal),
+        };
+        match kernel {
+            AttentionKernel::Forward => spec.flag("OVERLAP_SOFTMAX", config.wgmma),
+            _ => spec,
         }
     }
 

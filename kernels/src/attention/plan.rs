@@ -130,7 +130,7 @@ impl Launch {
             name: specialisation_name(kernel, p, target),
             target,
             config,
-            spec: p.spec(config),
+            spec: p.spec(kernel, config),
             grid: [rows.div_ceil(block) as u32, (p.batch * heads) as u32, 1],
             args,
         }

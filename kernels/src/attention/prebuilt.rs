@@ -57,7 +57,7 @@ pub fn shipped() -> Vec<Specialisation> {
                             kernel,
                             target,
                             config,
-                            spec: p.spec(config),
+                            spec: p.spec(kernel, config),
                         });
                     }
                 }

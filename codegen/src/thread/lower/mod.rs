@@ -70,6 +70,7 @@ pub fn lower(
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
+        in_flight: wgmma::InFlight::default(),
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -145,6 +146,8 @@ pub(super) struct Lowering<'a> {
     /// The f32 register each f32 -> f16/bf16 rounding was made from: `dot` packs operand pairs
     /// from these with one rounding conversion (`Op::PackRounded`).
     narrowed: HashMap<Reg, Reg>,
+    /// `dot`s on `wgmma` whose results are not waited for yet, and the groups committed so far.
+    in_flight: wgmma::InFlight,
 }
 
 impl Lowering<'_> {
@@ -399,13 +402,23 @@ impl Lowering<'_> {
     }
 
     /// Lowers a region's instructions; returns the registers of the values its `yield` names.
+    /// The `dot`s it starts on `wgmma` end in it; those in flight around it stay so.
     pub(super) fn region(&mut self, region: &Region) -> Result<Vec<Vec<Reg>>> {
+        let outer = self.in_flight.enter();
+        let yielded = self.region_insts(region);
+        self.wait_for_all();
+        self.in_flight.leave(outer);
+        yielded
+    }
+
+    fn region_insts(&mut self, region: &Region) -> Result<Vec<Vec<Reg>>> {
         for inst in &region.insts {
             let index = self.next_inst;
             self.next_inst += 1;
             self.current_inst = index;
             self.loc = Some(inst.loc);
             self.converted.clear();
+            self.wait_for_operands(inst);
             for conversion in self.layouts.conversions_at(index) {
                 match &conversion.kind {
                     ConversionKind::ThroughShared => {

@@ -1,17 +1,21 @@
 //! `dot` on Hopper's warpgroup tensor cores: each warpgroup issues one
 //! `wgmma.mma_async.m64nNk16` per 64 rows of its M and k step, B (and A, unless it is an
 //! earlier `dot`'s accumulator in registers) read from the staged tile through a matrix
-//! descriptor ([`crate::layout::wgmma`]), then waits for them all before anything reads the
-//! accumulators.
+//! descriptor ([`crate::layout::wgmma`]), and commits them as one group. Nothing waits for the
+//! group until an op uses the result (or control flow joins): the `dot`s and whatever comes
+//! between run at once, as FlashAttention-3's softmax runs beside the next `P @ V`.
 //!
 //! ```text
 //! [fence.proxy.async; bar.sync, if staged tiles were written]
 //! wgmma.fence acc.., a..                 // their writes land before the wgmmas read them
 //! for rep_m, k step: wgmma.mma_async acc[rep_m], a(rep_m, k), b(k)
-//! wgmma.commit_group; wgmma.wait_group 0 acc..
+//! wgmma.commit_group
+//! ...                                    // ops that do not use the result
+//! wgmma.wait_group n acc..               // n: the groups committed after this one
 //! ```
 
-use kiln_dsl::ir::{Inst as TileInst, Value};
+use kiln_dsl::ir::{Inst as TileInst, Op as TileOp, Value};
+use kiln_dsl::passes::for_each_operand;
 
 use super::dot::{Fragments, SharedTile};
 use super::{Lowering, Result, unsupported};
@@ -19,9 +23,48 @@ use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, 
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
-use crate::layout::{ConversionKind, Id, IdField};
+use crate::layout::{ConversionKind, Id, IdField, walk_insts};
 use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA};
 use crate::{CodegenError, Stage};
+
+/// The `dot`s of the region being lowered whose groups are in flight, each with the count of
+/// groups committed up to and including its own.
+#[derive(Debug, Default)]
+pub(super) struct InFlight {
+    dots: Vec<(Value, u32)>,
+    committed: u32,
+}
+
+/// The `dot`s in flight around a region, while it is lowered.
+pub(super) struct Outer {
+    dots: Vec<(Value, u32)>,
+    committed: u32,
+}
+
+impl InFlight {
+    /// Into a region: its ops see none of the `dot`s in flight around it (an `if` waits before
+    /// it for those its branches use; a loop for all).
+    pub fn enter(&mut self) -> Outer {
+        Outer {
+            dots: std::mem::take(&mut self.dots),
+            committed: self.committed,
+        }
+    }
+
+    /// Out of a region, which waited for its own `dot`s. If it committed any, a path through it
+    /// may have waited for everything and another through its sibling for nothing, so the
+    /// groups counted since do not tell how many follow an outer `dot`'s: each is then waited
+    /// for with nothing left pending.
+    pub fn leave(&mut self, outer: Outer) {
+        let committed = self.committed;
+        self.dots = outer.dots;
+        if committed != outer.committed {
+            for (_, group) in &mut self.dots {
+                *group = committed;
+            }
+        }
+    }
+}
 
 /// A shared operand's descriptors: the warpgroup's own (an i64 register) plus a constant per
 /// instruction.
@@ -118,13 +161,90 @@ impl Lowering<'_> {
             }
         }
         self.emit_effect(Op::WgmmaCommit);
-        Ok(self.emit_multi(
-            Op::WgmmaWait {
-                pending: 0,
-                values: acc_regs,
-            },
-            &vec![Type::F32; per_rep * reps_m],
-        ))
+        self.in_flight.committed += 1;
+        let group = self.in_flight.committed;
+        self.in_flight.dots.push((inst.results[0], group));
+        Ok(acc_regs)
+    }
+
+    /// Before `inst`: waits for the `dot`s in flight whose results it (or a conversion of its
+    /// operands, or an op of its branches) reads, and for every one before a loop or the end
+    /// of a region. A result waited for is the wait's from then on, so the wait for a value an
+    /// `if` uses goes before the `if`, not into a branch.
+    pub(super) fn wait_for_operands(&mut self, inst: &TileInst) {
+        if self.in_flight.dots.is_empty() {
+            return;
+        }
+        if matches!(inst.op, TileOp::For { .. } | TileOp::Yield { .. }) {
+            return self.wait_for_all();
+        }
+        let mut used = Vec::new();
+        for_each_operand(&inst.op, |v| used.push(v));
+        if let TileOp::If {
+            then_region,
+            else_region,
+            ..
+        } = &inst.op
+        {
+            for region in [then_region, else_region] {
+                let mut next = 0;
+                walk_insts(region, &mut next, &mut |_, inner| {
+                    for_each_operand(&inner.op, |v| used.push(v))
+                });
+            }
+        }
+        used.extend(
+            self.layouts
+                .conversions_at(self.current_inst)
+                .iter()
+                .map(|c| c.value),
+        );
+        let needed = self
+            .in_flight
+            .dots
+            .iter()
+            .filter(|(value, _)| used.contains(value))
+            .map(|&(_, group)| group)
+            .max();
+        if let Some(group) = needed {
+            self.wait_for(group);
+        }
+    }
+
+    /// Waits for every `dot` in flight.
+    pub(super) fn wait_for_all(&mut self) {
+        self.wait_for(self.in_flight.committed);
+    }
+
+    /// `wgmma.wait_group` until `group` is complete (groups complete in order): the results
+    /// of it and the groups before it are the wait's, passed through.
+    fn wait_for(&mut self, group: u32) {
+        let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_flight.dots)
+            .into_iter()
+            .partition(|&(_, g)| g <= group);
+        self.in_flight.dots = left;
+        if done.is_empty() {
+            return;
+        }
+        let regs: Vec<Vec<Reg>> = done
+            .iter()
+            .map(|&(value, _)| self.values[value.index()].clone().unwrap_or_default())
+            .collect();
+        let all: Vec<Reg> = regs.concat();
+        let types: Vec<Type> = all.iter().map(|&r| self.ty(r)).collect();
+        let mut waited = self
+            .emit_multi(
+                Op::WgmmaWait {
+                    pending: self.in_flight.committed - group,
+                    values: all,
+                },
+                &types,
+            )
+            .into_iter();
+        for (&(value, _), regs) in done.iter().zip(&regs) {
+            let passed = waited.by_ref().take(regs.len()).collect();
+            self.bind(value, passed);
+        }
     }
 
     /// The staged tile of dot operand `value`.

@@ -55,7 +55,7 @@ impl Show {
 
 /// Flags the stage commands take, for error messages.
 const FLAGS: &str = "--spec K=V,..., --arch sm_80|sm_90a, --warps N, --stages N, \
-                     --divisibility ARG=N,...";
+                     --wgmma yes|no, --divisibility ARG=N,...";
 
 /// One specialisation, built, and how to compile it.
 #[derive(Debug)]
@@ -66,6 +66,8 @@ struct Request {
     target: Target,
     num_warps: u32,
     num_stages: u32,
+    /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores.
+    wgmma: bool,
     /// kiln-codegen's divisibility: `(argument, n)`, the argument a multiple of `n`. Without
     /// codegen it only tells whether the request is shipped.
     #[cfg(feature = "codegen")]
@@ -86,6 +88,9 @@ impl fmt::Display for Request {
             self.num_stages,
             if self.num_stages == 1 { "" } else { "s" }
         )?;
+        if self.wgmma {
+            write!(f, ", wgmma")?;
+        }
         match &self.shipped {
             Some(s) => write!(f, " (shipped as {})", s.name),
             None => Ok(()),
@@ -126,6 +131,7 @@ struct Flags {
     target: Target,
     warps: Option<u32>,
     stages: Option<u32>,
+    wgmma: Option<bool>,
     divisibility: Option<Vec<(String, u64)>>,
 }
 
@@ -146,6 +152,7 @@ fn read(show: Show, args: &[String]) -> Result<(KernelEntry, Flags), String> {
         target: Target::Sm90a,
         warps: None,
         stages: None,
+        wgmma: None,
         divisibility: None,
     };
     let mut args = args.iter();
@@ -170,6 +177,13 @@ fn read(show: Show, args: &[String]) -> Result<(KernelEntry, Flags), String> {
             "--arch" => flags.target = value()?.parse().map_err(|e| format!("{e}"))?,
             "--warps" => flags.warps = Some(number(flag, &value()?)?),
             "--stages" => flags.stages = Some(number(flag, &value()?)?),
+            "--wgmma" => {
+                flags.wgmma = Some(match value()?.as_str() {
+                    "yes" => true,
+                    "no" => false,
+                    other => return Err(format!("`--wgmma` expects yes or no, got `{other}`")),
+                })
+            }
             "--divisibility" => {
                 flags.divisibility = Some(parse_divisibility(&entry, &value()?)?);
             }
@@ -194,6 +208,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
     let table = attention.and_then(|kernel| table_entry(kernel, &mut spec, &flags.given, target));
     let num_warps = flags.warps.or(table.map(|c| c.num_warps)).unwrap_or(4);
     let num_stages = flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1);
+    let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
         assumed
@@ -215,6 +230,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
                 && s.spec == spec
                 && s.config.num_warps == num_warps
                 && s.config.num_stages == num_stages
+                && s.config.wgmma == wgmma
                 && same_divisibility
         })
     });
@@ -227,6 +243,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         target,
         num_warps,
         num_stages,
+        wgmma,
         #[cfg(feature = "codegen")]
         divisibility,
         shipped,
@@ -393,7 +410,8 @@ fn ptx(request: &Request, args: &[String]) -> Result<Ptx, String> {
 fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
     let options = request.divisibility.iter().fold(
         kiln_codegen::CompileOptions::new(request.target, request.num_warps)
-            .with_stages(request.num_stages),
+            .with_stages(request.num_stages)
+            .with_wgmma(request.wgmma),
         |options, (name, n)| options.with_divisibility(name, *n),
     );
     let compiled = kiln_codegen::compile(&request.kernel, &options)

@@ -39,7 +39,7 @@ const USAGE: &str = "usage:
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
                   [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...] [--samples N]
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
-                        [--divisibility ARG=N,...]
+                        [--wgmma yes|no] [--divisibility ARG=N,...]
                   one specialisation of a kernel at one stage:
     ir            the tile IR
     layout        the tile IR with a layout on every value

@@ -139,10 +139,13 @@ mod compile {
         config: KernelConfig,
         target: Target,
     ) -> Result<Candidate, String> {
-        let ir = kernel.build(&p.spec(config)).map_err(|e| e.to_string())?;
+        let ir = kernel
+            .build(&p.spec(kernel, config))
+            .map_err(|e| e.to_string())?;
         let options = prebuilt::divisibility(kernel).into_iter().fold(
             kiln_codegen::CompileOptions::new(target, config.num_warps)
-                .with_stages(config.num_stages),
+                .with_stages(config.num_stages)
+                .with_wgmma(config.wgmma),
             |options, (name, n)| options.with_divisibility(name, n),
         );
         let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
