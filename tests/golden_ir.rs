@@ -30,9 +30,20 @@ fn spec(blocks: Option<(i64, i64)>, causal: bool) -> Spec {
 
 #[test]
 fn forward_causal_f16_d64() {
+    let spec = spec(Some((128, 64)), true).flag("OVERLAP_SOFTMAX", false);
     golden(
         "attention_fwd",
-        forward::attention_fwd::build(&spec(Some((128, 64)), true)).unwrap(),
+        forward::attention_fwd::build(&spec).unwrap(),
+    );
+}
+
+/// The forward as it runs on `wgmma`: the next block's scores issued beside `P @ V`.
+#[test]
+fn forward_overlapped_causal_f16_d64() {
+    let spec = spec(Some((128, 64)), true).flag("OVERLAP_SOFTMAX", true);
+    golden(
+        "attention_fwd_overlapped",
+        forward::attention_fwd::build(&spec).unwrap(),
     );
 }
 

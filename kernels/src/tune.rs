@@ -78,6 +78,8 @@ pub struct Setup {
     pub seqlen: usize,
     pub kernels: Vec<AttentionKernel>,
     pub samples: usize,
+    /// The configurations to try beside the table's, instead of [`candidates`].
+    pub configs: Option<Vec<KernelConfig>>,
 }
 
 /// Compiles one candidate: `kernel` of the call `p` at `config` for `target`.
@@ -111,7 +113,10 @@ pub fn tune(
     let mut trials = Vec::new();
     for &kernel in &setup.kernels {
         let shipped = table.kernel(kernel);
-        let mut configs = candidates(kernel, target);
+        let mut configs = setup
+            .configs
+            .clone()
+            .unwrap_or_else(|| candidates(kernel, target));
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {

@@ -80,7 +80,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, OVERLAP_SOFTMAX = false, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 64, BLOCK_N = 64, CAUSAL = true, HEAD_DIM = 128, OVERLAP_SOFTMAX = true, T = f16>"
         ),
         "{out}"
     );
@@ -167,7 +167,10 @@ fn compiler_stages_need_the_codegen_feature() {
         assert!(out.contains("wgmma.mma_async.sync.aligned.m64n"), "{out}");
         assert!(out.contains("wgmma.wait_group.sync.aligned 1;"), "{out}");
         let err = fails(&["ptx", "attention_fwd", "--arch", "sm_80", "--wgmma", "yes"]);
-        assert!(err.contains("wgmma needs the sm_90a target, got sm_80"), "{err}");
+        assert!(
+            err.contains("wgmma needs the sm_90a target, got sm_80"),
+            "{err}"
+        );
         return;
     }
     let err = fails(&["llvm", "attention_fwd"]);
@@ -186,7 +189,10 @@ fn compiler_stages_need_the_codegen_feature() {
     let err = fails(&["ptx", "attention_fwd", "--wgmma", "yes"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
     let err = fails(&["ptx", "attention_fwd", "--wgmma", "perhaps"]);
-    assert!(err.contains("`--wgmma` expects yes or no, got `perhaps`"), "{err}");
+    assert!(
+        err.contains("`--wgmma` expects yes or no, got `perhaps`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -399,6 +405,8 @@ fn tune_refuses_bad_flags_naming_the_value() {
     assert!(err.contains("both, yes or no, got `maybe`"), "{err}");
     let err = fails(&["tune", "--seqlen", "-5"]);
     assert!(err.contains("`-5`"), "{err}");
+    let err = fails(&["tune", "--configs", "128x64:4:2,128x64:four:2"]);
+    assert!(err.contains("got `128x64:four:2`"), "{err}");
     let err = fails(&["tune", "--quick"]);
     assert!(err.contains("unknown flag `--quick`"), "{err}");
     assert!(err.contains("--head-dims"), "{err}");

@@ -45,7 +45,23 @@ pub struct LoadedKernel {
 /// (one module per specialisation a process uses).
 #[derive(Debug, Default)]
 pub struct ModuleCache {
-    loaded: Mutex<HashMap<(Context, String), Arc<LoadedKernel>>>,
+    loaded: Mutex<HashMap<(Context, String), Loaded>>,
+}
+
+/// A loaded kernel and what identifies the PTX it came from.
+#[derive(Debug)]
+struct Loaded {
+    kernel: Arc<LoadedKernel>,
+    /// Where that PTX was: the same text (the shipped, static PTX) needs no hashing.
+    ptx_at: usize,
+    ptx_hash: u64,
+}
+
+fn ptx_hash(ptx: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    ptx.hash(&mut hasher);
+    hasher.finish()
 }
 
 impl ModuleCache {
@@ -56,10 +72,13 @@ impl ModuleCache {
     /// The kernel called `name` in `context`, if loaded.
     pub fn get(&self, context: Context, name: &str) -> Option<Arc<LoadedKernel>> {
         let loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        loaded.get(&(context, name.to_string())).cloned()
+        loaded
+            .get(&(context, name.to_string()))
+            .map(|l| l.kernel.clone())
     }
 
-    /// The kernel of `source` in `context`, loading its module on first use.
+    /// The kernel of `source` in `context`, loading its module on first use. A name already
+    /// loaded from other PTX is an error: a cached module must never stand in for another.
     pub fn get_or_load(
         &self,
         context: Context,
@@ -69,11 +88,27 @@ impl ModuleCache {
         // A poisoned lock only means another thread panicked while holding it; the map itself
         // is never left half-updated (one insert), so it is still sound to use.
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(kernel) = loaded.get(&key) {
-            return Ok(kernel.clone());
+        let ptx_at = source.ptx.as_ptr() as usize;
+        if let Some(hit) = loaded.get(&key) {
+            if hit.ptx_at != ptx_at && hit.ptx_hash != ptx_hash(source.ptx) {
+                return Err(RuntimeError::Launch {
+                    kernel: source.name.to_string(),
+                    message: "a module of this name is loaded already, from other PTX; a module \
+                              name must identify its PTX"
+                        .to_string(),
+                });
+            }
+            return Ok(hit.kernel.clone());
         }
         let kernel = Arc::new(context.with_current(|| load(context, source))?);
-        loaded.insert(key, kernel.clone());
+        loaded.insert(
+            key,
+            Loaded {
+                kernel: kernel.clone(),
+                ptx_at,
+                ptx_hash: ptx_hash(source.ptx),
+            },
+        );
         Ok(kernel)
     }
 }

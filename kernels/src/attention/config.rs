@@ -1,7 +1,8 @@
 //! How each attention kernel is specialised, per target and head dim: block sizes, warps and
 //! pipeline stages. The one table every launch, every shipped PTX and every test reads.
 //!
-//! Each entry is `BLOCK_M x BLOCK_N, warps, stages`. BLOCK_M counts query rows and BLOCK_N key
+//! Each entry is `BLOCK_M x BLOCK_N, warps, stages`, and `wgmma` where its `dot`s run on Hopper's
+//! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`). BLOCK_M counts query rows and BLOCK_N key
 //! rows in every kernel: the forward and dQ hold BLOCK_M query rows per program and stream K/V
 //! in BLOCK_N-row tiles; dK/dV holds BLOCK_N key rows and streams Q/dO in BLOCK_M-row tiles; the
 //! preprocessing kernel has only BLOCK_M.
@@ -9,19 +10,21 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 128 x 64, 4, 2 | 64 x 128, 4, 2 |
-//! | sm_90a | 64 | 128 x 128, 4, 3 (causal: 128 x 64, 4, 2) | 64, 4 | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
-//! | sm_90a | 128 | 128 x 64, 4, 2 | 64, 4 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
+//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma (causal: 128 x 64, 4, 2) | 64, 4 | 64 x 128, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 64, 4, 2, wgmma (causal: 64 x 64) | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
-//! checked against f64 first; docs/PERF.md, 2026-11-22): four warps and 128 query rows wherever
-//! the kernel holds query rows, except at head dim 256, whose accumulators need 8 warps. Several
-//! spill a little (16 to 220 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows
-//! per warp halve the shared-memory reads of K and V per `mma` against 16, which outweighs a few
-//! spilled values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
+//! checked against f64 first; docs/PERF.md, 2026-11-22): at head dims 64 and 128 on `wgmma`
+//! (1.05-1.35x the `mma.sync` entries they replace; the D64 causal forward stays on `mma.sync`,
+//! which won by 3%); elsewhere four warps and 128 query rows wherever the kernel holds query
+//! rows, except at head dim 256, whose accumulators need 8 warps. Several spill a little (up to
+//! 700 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
+//! shared-memory reads of K and V per instruction against 16, which outweighs a few spilled
+//! values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
 //! FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a program's tiles in
 //! registers; at 128, 64-row blocks of 4 warps (two per SM), 8 warps where 4 cannot hold the
 //! accumulators without spilling. Stages are kiln-codegen's `CompileOptions::num_stages` for the
@@ -107,6 +110,30 @@ impl std::fmt::Display for KernelConfig {
     }
 }
 
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma]`, as `kiln tune --configs` takes it: `128x64:4:2:wgmma`.
+impl std::str::FromStr for KernelConfig {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<KernelConfig, String> {
+        let refuse = || format!("expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma], got `{text}`");
+        let parts: Vec<&str> = text.trim().split(':').collect();
+        let (blocks, warps, stages, wgmma) = match parts[..] {
+            [b, w, s] => (b, w, s, false),
+            [b, w, s, "wgmma"] => (b, w, s, true),
+            _ => return Err(refuse()),
+        };
+        let (m, n) = blocks.split_once('x').ok_or_else(refuse)?;
+        let number = |v: &str| v.parse::<usize>().map_err(|_| refuse());
+        let config = KernelConfig::new(
+            number(m)?,
+            number(n)?,
+            number(warps)? as u32,
+            number(stages)? as u32,
+        );
+        Ok(if wgmma { config.on_wgmma() } else { config })
+    }
+}
+
 /// The four kernels' configurations for one target and head dim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionConfig {
@@ -152,9 +179,26 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
     let [forward, dq, dkdv] = match (target, head_dim) {
         // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22).
         (Target::Sm90a, 32) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(64, 128, 4, 2)],
-        (Target::Sm90a, 64) if causal => [c(128, 64, 4, 2), c(128, 64, 4, 2), c(128, 64, 4, 2)],
-        (Target::Sm90a, 64) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(128, 64, 4, 2)],
-        (Target::Sm90a, 128) => [c(128, 64, 4, 2), c(128, 32, 4, 2), c(64, 64, 4, 2)],
+        // Head dims 64 and 128 with `wgmma` candidates (docs/PERF.md, third session).
+        (Target::Sm90a, 64) if causal => [
+            c(128, 64, 4, 2),
+            c(64, 128, 4, 2).on_wgmma(),
+            c(128, 64, 4, 2).on_wgmma(),
+        ],
+        (Target::Sm90a, 64) => [
+            c(128, 64, 4, 3).on_wgmma(),
+            c(64, 128, 4, 2).on_wgmma(),
+            c(128, 64, 4, 2).on_wgmma(),
+        ],
+        (Target::Sm90a, 128) => [
+            if causal {
+                c(64, 64, 4, 2).on_wgmma()
+            } else {
+                c(128, 64, 4, 2).on_wgmma()
+            },
+            c(128, 128, 8, 2).on_wgmma(),
+            c(64, 64, 4, 2).on_wgmma(),
+        ],
         (Target::Sm90a, 256) => [c(128, 64, 8, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
         // Not tuned yet (no Ampere GPU here): FlashAttention-2's sm_80 shapes, which fit
         // without spills, halved at head dim 256.
@@ -199,6 +243,18 @@ pub fn all_block_sizes() -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configurations_read_as_they_print_for_tune() {
+        let c: KernelConfig = "128x64:4:2:wgmma".parse().unwrap();
+        assert_eq!(c, KernelConfig::new(128, 64, 4, 2).on_wgmma());
+        assert_eq!(c.to_string(), "128 x 64, 4 warps, 2 stages, wgmma");
+        assert_eq!("64x32:8:3".parse(), Ok(KernelConfig::new(64, 32, 8, 3)));
+        for bad in ["128x64:4", "128:4:2", "128x64:4:2:mma", "ax64:4:2"] {
+            let err = bad.parse::<KernelConfig>().unwrap_err();
+            assert!(err.contains(&format!("got `{bad}`")), "{err}");
+        }
+    }
 
     #[test]
     fn every_head_dim_has_a_configuration_on_every_target() {

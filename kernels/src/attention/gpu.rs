@@ -37,16 +37,18 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// The name it is loaded under: its specialisation's and its configuration's.
+    /// The name it is loaded under: its specialisation's and its configuration's, all of it
+    /// (a module name identifies its PTX).
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}",
+            "{}_m{}_n{}_w{}_s{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
             c.num_warps,
-            c.num_stages
+            c.num_stages,
+            if c.wgmma { "_wgmma" } else { "" }
         )
     }
 }

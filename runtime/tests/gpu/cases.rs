@@ -15,7 +15,7 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionKernel, AttentionParams, Tensor, cpu, plan, prebuilt};
+use kiln_kernels::attention::{AttentionParams, Tensor, cpu, plan, prebuilt};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -335,39 +335,6 @@ pub fn cases() -> Vec<Case> {
             target: s.target,
             wgmma: s.config.wgmma,
         });
-    }
-    // The attention kernels on wgmma at sm_90a's block sizes (the forward overlapping its
-    // softmax with P @ V), head dims 64 and 128: `kiln tune`'s candidates, checked here.
-    for dtype in [F16, BF16] {
-        for head_dim in [64, 128] {
-            for causal in [false, true] {
-                let p = attention_params(dtype, head_dim, causal, 1, 1);
-                let table = p.config(Target::Sm90a).expect("a shipped head dim");
-                for kernel in [
-                    AttentionKernel::Forward,
-                    AttentionKernel::Dq,
-                    AttentionKernel::DkDv,
-                ] {
-                    let config = table.kernel(kernel).on_wgmma();
-                    let built = kernel
-                        .build(&p.spec(kernel, config))
-                        .expect("a kernel on wgmma builds");
-                    cases.push(Case {
-                        name: format!(
-                            "{}_wgmma",
-                            plan::specialisation_name(kernel, &p, Target::Sm90a)
-                        ),
-                        tolerance: attention_tolerance(kernel.name(), dtype),
-                        kernel: built,
-                        num_warps: config.num_warps,
-                        num_stages: config.num_stages,
-                        divisibility: prebuilt::divisibility(kernel),
-                        target: Target::Sm90a,
-                        wgmma: true,
-                    });
-                }
-            }
-        }
     }
     for target in Target::ALL {
         for dtype in [F16, BF16] {

@@ -271,17 +271,19 @@ fn table_entry(
         return None;
     };
     let config = config.kernel(kernel);
-    for (param, block) in [
-        ("BLOCK_M", Some(config.block_m)),
-        ("BLOCK_N", config.block_n),
-    ] {
-        let Some(block) = block else { continue };
-        let block = SpecValue::Int(block as i64);
+    let block = |b: usize| SpecValue::Int(b as i64);
+    let mut from_table = vec![("BLOCK_M", Some(block(config.block_m)))];
+    from_table.push(("BLOCK_N", config.block_n.map(block)));
+    if kernel == AttentionKernel::Forward {
+        from_table.push(("OVERLAP_SOFTMAX", Some(SpecValue::Bool(config.wgmma))));
+    }
+    for (param, shipped) in from_table {
+        let Some(shipped) = shipped else { continue };
         match given.get(param) {
-            None => *spec = std::mem::take(spec).set(param, block),
-            Some(value) if value != block => eprintln!(
-                "note: kiln ships {} at head dim {head_dim} on {target} with {param} = {block}, not \
-                 {value}; compiling with {value}",
+            None => *spec = std::mem::take(spec).set(param, shipped),
+            Some(value) if value != shipped => eprintln!(
+                "note: kiln ships {} at head dim {head_dim} on {target} with {param} = {shipped}, \
+                 not {value}; compiling with {value}",
                 kernel.name(),
             ),
             Some(_) => {}

@@ -13,7 +13,7 @@ use crate::bench::{numbers, parse_dtype};
 
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
-                [--samples N]";
+                [--samples N] [--configs 128x64:4:2[:wgmma],...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
@@ -26,6 +26,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         AttentionKernel::DkDv,
     ];
     let mut samples = 10;
+    let mut configs = None;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -59,6 +60,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     .collect::<Result<_, _>>()?
             }
             "--samples" => samples = numbers(flag, value()?)?[0],
+            "--configs" => {
+                configs = Some(
+                    value()?
+                        .split(',')
+                        .map(|c| c.parse().map_err(|e| format!("--configs: {e}")))
+                        .collect::<Result<Vec<_>, String>>()?,
+                )
+            }
             other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
         }
     }
@@ -81,6 +90,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 seqlen,
                 kernels: kernels.clone(),
                 samples,
+                configs: configs.clone(),
             };
             let trials = tune::tune(
                 &device,
