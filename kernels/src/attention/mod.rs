@@ -42,9 +42,11 @@ pub use plan::AttentionKernel;
 ///     softmax_scale: AttentionParams::default_scale(128),
 /// };
 /// p.validate()?;
-/// // The block sizes, warps and stages each kernel runs with on a Hopper GPU.
+/// // The block sizes, warps and stages each kernel runs with on a Hopper GPU, and on which
+/// // tensor-core instructions.
 /// let config = p.config(Target::Sm90a)?;
-/// assert_eq!((config.forward.block_m, config.forward.num_warps), (128, 4));
+/// assert_eq!((config.forward.block_m, config.forward.num_warps), (64, 4));
+/// assert!(config.forward.wgmma);
 /// assert!(AttentionParams { heads_q: 6, ..p }.validate().is_err());
 /// # Ok::<(), kiln_kernels::attention::AttentionError>(())
 /// ```
