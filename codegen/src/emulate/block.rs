@@ -15,7 +15,7 @@ use crate::layout::mma::{
 use crate::layout::wgmma::{Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Space, Special, Type, WgmmaA,
+    ShuffleMode, Space, Special, Type, WgmmaA, WgmmaStep,
 };
 
 type Result<T> = std::result::Result<T, EmulationError>;
@@ -352,10 +352,7 @@ impl BlockState<'_, '_> {
                 self.shared.commit_async();
                 Ok(())
             }
-            Op::WgmmaFence(values) => {
-                self.copy(&inst.results, values);
-                Ok(())
-            }
+            Op::WgmmaFence => Ok(()),
             // The products were computed at issue; what they read stays read until here.
             Op::WgmmaWait { pending, values } => {
                 self.shared.wait_async(*pending);
@@ -363,12 +360,21 @@ impl BlockState<'_, '_> {
                 Ok(())
             }
             Op::Wgmma {
-                a,
-                b,
+                steps,
                 trans_b,
                 acc,
                 elem,
-            } => self.wgmma(inst, a, *b, *trans_b, acc, *elem),
+            } => {
+                let mut values: Vec<Vec<u64>> =
+                    acc.iter().map(|r| self.regs[r.index()].clone()).collect();
+                for step in steps {
+                    values = self.wgmma(inst, step, *trans_b, &values, *elem)?;
+                }
+                for (&result, values) in inst.results.iter().zip(values) {
+                    self.regs[result.index()] = values;
+                }
+                Ok(())
+            }
             Op::Shuffle { mode, value, lane } => {
                 let out = (0..self.threads)
                     .map(|t| {
@@ -486,20 +492,20 @@ impl BlockState<'_, '_> {
         Ok(())
     }
 
-    /// `wgmma.mma_async.m64nNk16` over each warpgroup: B (and A, unless in registers) read
+    /// One `wgmma.mma_async.m64nNk16` over each warpgroup: B (and A, unless in registers) read
     /// where the descriptor's canonical layout says (`wgmma::Descriptor::element_offset`), A
-    /// in registers and the accumulators from each warp's `mma.sync` fragments (warp `w` of the
-    /// warpgroup: rows `16 w ..`; register `r`: columns `8 (r / 4) ..`), then `D = C + A B`
-    /// with the 16 exact products summed in f64 and rounded to f32 once.
+    /// in registers and the accumulators (`acc[register][thread]`) from each warp's `mma.sync`
+    /// fragments (warp `w` of the warpgroup: rows `16 w ..`; register `r`: columns `8 (r / 4)
+    /// ..`), then `D = C + A B` with the 16 exact products summed in f64 and rounded to f32 once.
     fn wgmma(
         &mut self,
         inst: &Inst,
-        a: &WgmmaA,
-        b: Reg,
+        WgmmaStep { a, b }: &WgmmaStep,
         trans_b: bool,
-        acc: &[Reg],
+        acc: &[Vec<u64>],
         elem: Type,
-    ) -> Result<()> {
+    ) -> Result<Vec<Vec<u64>>> {
+        let b = *b;
         let half_value = match elem {
             Type::F16 => |bits: u64| f16::from_bits(bits as u16).to_f64(),
             Type::BF16 => |bits: u64| bf16::from_bits(bits as u16).to_f64(),
@@ -565,15 +571,12 @@ impl BlockState<'_, '_> {
                     let (lane, c) = acc_fragment_inverse([row % MMA_M, col % MMA_N]);
                     let (thread, reg) = (warp_first + lane as usize, 4 * (col / MMA_N) + c);
                     let products: f64 = a_row.iter().zip(b_column).map(|(a, b)| a * b).sum();
-                    let c_value = f32_of(self.get(acc[reg], thread)) as f64;
+                    let c_value = f32_of(acc[reg][thread]) as f64;
                     out[reg][thread] = bits_of((c_value + products) as f32);
                 }
             }
         }
-        for (&result, values) in inst.results.iter().zip(out) {
-            self.regs[result.index()] = values;
-        }
-        Ok(())
+        Ok(out)
     }
 
     fn space(&self, ptr: Reg) -> Space {
@@ -691,7 +694,7 @@ impl BlockState<'_, '_> {
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
             | Op::FenceProxyAsync
-            | Op::WgmmaFence(_)
+            | Op::WgmmaFence
             | Op::Wgmma { .. }
             | Op::WgmmaCommit
             | Op::WgmmaWait { .. }

@@ -121,11 +121,8 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm("wgmma.commit_group.sync.aligned;", &[], &[], &[])?;
                 return Ok(());
             }
-            Op::WgmmaFence(values) => {
-                let values = self.pass_through("wgmma.fence.sync.aligned;", values)?;
-                for (&r, v) in inst.results.iter().zip(values) {
-                    self.bind(r, v);
-                }
+            Op::WgmmaFence => {
+                self.asm("wgmma.fence.sync.aligned;", &[], &[], &[])?;
                 return Ok(());
             }
             Op::WgmmaWait { pending, values } => {
@@ -137,13 +134,12 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Wgmma {
-                a,
-                b,
+                steps,
                 trans_b,
                 acc,
                 elem,
             } => {
-                let values = self.wgmma(a, *b, *trans_b, acc, *elem)?;
+                let values = self.wgmma(steps, *trans_b, acc, *elem)?;
                 for (&r, v) in inst.results.iter().zip(values) {
                     self.bind(r, v);
                 }
@@ -366,7 +362,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
             | Op::FenceProxyAsync
-            | Op::WgmmaFence(_)
+            | Op::WgmmaFence
             | Op::Wgmma { .. }
             | Op::WgmmaCommit
             | Op::WgmmaWait { .. } => {
@@ -504,9 +500,8 @@ impl<'ctx> Translation<'_, 'ctx> {
     }
 
     /// `values` through an asm statement that names none of them but "writes" each: code that
-    /// defines them stays before it, code that uses the results after it (`wgmma`'s
-    /// accumulators are not ready before `wgmma.wait_group`, and may not be written between
-    /// `wgmma.fence` and the `wgmma`).
+    /// uses the results stays after it (`wgmma`'s accumulators are not ready before
+    /// `wgmma.wait_group`).
     fn pass_through(
         &self,
         asm: &str,
@@ -547,12 +542,12 @@ impl<'ctx> Translation<'_, 'ctx> {
         Ok((inputs, types))
     }
 
-    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}` with the
-    /// accumulators in and out, `scale-d` true (accumulate), A and B unscaled.
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}` once per step, in one
+    /// statement, the accumulators in and out once, `scale-d` true (accumulate), A and B
+    /// unscaled.
     fn wgmma(
         &self,
-        a: &crate::thread::WgmmaA,
-        b: crate::thread::Reg,
+        steps: &[crate::thread::WgmmaStep],
         trans_b: bool,
         acc: &[crate::thread::Reg],
         elem: crate::thread::Type,
@@ -564,47 +559,44 @@ impl<'ctx> Translation<'_, 'ctx> {
         let operand = |i: usize| format!("${i}");
         let d: Vec<String> = (0..count).map(operand).collect();
         let mut next = count;
-        let a_text = match a {
-            crate::thread::WgmmaA::Descriptor { desc, .. } => {
-                inputs.push(self.value(*desc)?);
-                constraints.push("l".to_string());
-                next += 1;
-                operand(next - 1)
-            }
-            crate::thread::WgmmaA::Registers(regs) => {
-                let (words, _) = self.asm_operands(regs)?;
-                let first = next;
-                for word in words {
-                    inputs.push(word);
-                    constraints.push("r".to_string());
-                    next += 1;
-                }
-                let names: Vec<String> = (first..next).map(operand).collect();
-                format!("{{{}}}", names.join(", "))
-            }
+        let mut input = |value: BasicValueEnum<'ctx>, letter: &str| {
+            inputs.push(value);
+            constraints.push(letter.to_string());
+            next += 1;
+            operand(next - 1)
         };
-        inputs.push(self.value(b)?);
-        constraints.push("l".to_string());
-        let b_text = operand(next);
-        let scale_d = operand(next + 1);
-        inputs.push(self.context.i32_type().const_int(1, false).into());
-        constraints.push("r".to_string());
+        let mut issued = Vec::new();
+        for step in steps {
+            let (a_text, trans) = match &step.a {
+                crate::thread::WgmmaA::Descriptor { desc, trans } => (
+                    input(self.value(*desc)?, "l"),
+                    format!("{}, {}", *trans as u8, trans_b as u8),
+                ),
+                crate::thread::WgmmaA::Registers(regs) => {
+                    let (words, _) = self.asm_operands(regs)?;
+                    let names: Vec<String> = words.into_iter().map(|w| input(w, "r")).collect();
+                    (
+                        format!("{{{}}}", names.join(", ")),
+                        format!("{}", trans_b as u8),
+                    )
+                }
+            };
+            let b_text = input(self.value(step.b)?, "l");
+            issued.push(format!(
+                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem} {{{d}}}, {a_text}, \
+                 {b_text}, p, 1, 1, {trans};",
+                n = 2 * count,
+                d = d.join(", "),
+            ));
+        }
+        let scale_d = input(self.context.i32_type().const_int(1, false).into(), "r");
         for (i, &r) in acc.iter().enumerate() {
             inputs.push(self.value(r)?);
             constraints.push(i.to_string());
         }
-        let trans = match a {
-            crate::thread::WgmmaA::Descriptor { trans, .. } => {
-                format!("{}, {}", *trans as u8, trans_b as u8)
-            }
-            crate::thread::WgmmaA::Registers(_) => format!("{}", trans_b as u8),
-        };
         let asm = format!(
-            "{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n\
-             wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem} {{{d}}}, {a_text}, \
-             {b_text}, p, 1, 1, {trans};\n}}",
-            n = 2 * count,
-            d = d.join(", "),
+            "{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n{}\n}}",
+            issued.join("\n")
         );
         let f32_type = self.context.f32_type().into();
         self.asm(&asm, &constraints, &vec![f32_type; count], &inputs)

@@ -338,16 +338,18 @@ pub enum Op {
     /// before what the async proxy (`wgmma`'s operand reads) does after the next barrier.
     FenceProxyAsync,
     /// `wgmma.fence.sync.aligned`: register writes before it (accumulators, A fragments) are
-    /// ordered before the `wgmma`s after it. The results are the operands, passed through, so
-    /// that what defines them stays before the fence.
-    WgmmaFence(Vec<Reg>),
-    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{elem}.{elem}` over the warpgroup, `N = 2 *
-    /// acc.len()`: `acc` are this thread's f32 accumulators (`layout::wgmma`), `b` the i64
-    /// descriptor of B (`trans_b`: N-major); the results are `d = a * b + acc`, which may be
-    /// read only after a [`Op::WgmmaWait`] retires the group the instruction joins.
+    /// ordered before the `wgmma`s after it. It names no registers: ptxas, which sees which
+    /// registers a `wgmma` reads, adds a fence of its own (and says so) where one is missing,
+    /// and passing the accumulators through it cost LLVM a third of a kernel's compile time.
+    WgmmaFence,
+    /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{elem}.{elem}` over the warpgroup, once per
+    /// k step, back to back into the same accumulators, `N = 2 * acc.len()`: `acc` are this
+    /// thread's f32 accumulators (`layout::wgmma`), each step's B an i64 descriptor (`trans_b`:
+    /// N-major); the results are `acc + sum of a * b`, which may be read only after a
+    /// [`Op::WgmmaWait`] retires the group the instructions join. One statement for the chain
+    /// keeps LLVM from handling the accumulators once per step.
     Wgmma {
-        a: WgmmaA,
-        b: Reg,
+        steps: Vec<WgmmaStep>,
         trans_b: bool,
         acc: Vec<Reg>,
         /// F16 or BF16.
@@ -362,6 +364,13 @@ pub enum Op {
         pending: u32,
         values: Vec<Reg>,
     },
+}
+
+/// One k step of an [`Op::Wgmma`] chain: its A and B's descriptor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaStep {
+    pub a: WgmmaA,
+    pub b: Reg,
 }
 
 /// Where a `wgmma` takes A from.

@@ -200,26 +200,34 @@ fn op_text(op: &Op) -> String {
             regs(c)
         ),
         Op::FenceProxyAsync => "fence.proxy.async.shared::cta".to_string(),
-        Op::WgmmaFence(values) => format!("wgmma.fence {}", regs(values)),
+        Op::WgmmaFence => "wgmma.fence".to_string(),
         Op::Wgmma {
-            a,
-            b,
+            steps,
             trans_b,
             acc,
             elem,
-        } => format!(
-            "wgmma.m64n{}k16.{} {{{}}}, {}, {}{}",
-            2 * acc.len(),
-            elem.name(),
-            regs(acc),
-            match a {
-                WgmmaA::Descriptor { desc, trans } =>
-                    format!("{}{}", reg(*desc), if *trans { ".trans" } else { "" }),
-                WgmmaA::Registers(a) => format!("{{{}}}", regs(a)),
-            },
-            reg(*b),
-            if *trans_b { ".trans" } else { "" }
-        ),
+        } => {
+            let steps: Vec<String> = steps
+                .iter()
+                .map(|step| {
+                    let a = match &step.a {
+                        WgmmaA::Descriptor { desc, trans } => {
+                            format!("{}{}", reg(*desc), if *trans { ".trans" } else { "" })
+                        }
+                        WgmmaA::Registers(a) => format!("{{{}}}", regs(a)),
+                    };
+                    let b = format!("{}{}", reg(step.b), if *trans_b { ".trans" } else { "" });
+                    format!("{a} x {b}")
+                })
+                .collect();
+            format!(
+                "wgmma.m64n{}k16.{} {{{}}} += {}",
+                2 * acc.len(),
+                elem.name(),
+                regs(acc),
+                steps.join(" + ")
+            )
+        }
         Op::WgmmaCommit => "wgmma.commit_group".to_string(),
         Op::WgmmaWait { pending, values } => {
             format!("wgmma.wait_group {pending} {}", regs(values))

@@ -8,7 +8,7 @@
 //! ```text
 //! [fence.proxy.async; bar.sync, if staged tiles were written]
 //! wgmma.fence acc.., a..                 // their writes land before the wgmmas read them
-//! for rep_m, k step: wgmma.mma_async acc[rep_m], a(rep_m, k), b(k)
+//! for rep_m: wgmma.mma_async acc[rep_m], a(rep_m, k), b(k) for every k step, in one statement
 //! wgmma.commit_group
 //! ...                                    // ops that do not use the result
 //! wgmma.wait_group n acc..               // n: the groups committed after this one
@@ -24,7 +24,7 @@ use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
 use crate::layout::{ConversionKind, Id, IdField, walk_insts};
-use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA};
+use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA, WgmmaStep};
 use crate::{CodegenError, Stage};
 
 /// The `dot`s of the region being lowered whose groups are in flight, each with the count of
@@ -120,14 +120,11 @@ impl Lowering<'_> {
         self.pending.reads = true;
 
         // Everything the wgmmas read from registers is written before the fence.
-        let mut fenced = acc_regs.clone();
-        fenced.extend(a_registers.iter().flatten());
-        let types: Vec<Type> = fenced.iter().map(|&r| self.ty(r)).collect();
-        let passed = self.emit_multi(Op::WgmmaFence(fenced), &types);
-        let (acc_passed, a_passed) = passed.split_at(acc_regs.len());
-        acc_regs.copy_from_slice(acc_passed);
+        self.emit_effect(Op::WgmmaFence);
+        let a_passed = a_registers.unwrap_or_default();
         let elem = self.operand_elem(inst, rhs)?;
         for rep_m in 0..reps_m {
+            let mut steps = Vec::with_capacity(reps_k);
             for rep_k in 0..reps_k {
                 let a = match &a_descriptors {
                     Some(descriptors) => WgmmaA::Descriptor {
@@ -146,19 +143,19 @@ impl Lowering<'_> {
                     }
                 };
                 let b = self.descriptor(inst, rhs, &b_descriptors, false, [rep_k * WGMMA_K, 0])?;
-                let chunk = rep_m * per_rep..(rep_m + 1) * per_rep;
-                let d = self.emit_multi(
-                    Op::Wgmma {
-                        a,
-                        b,
-                        trans_b: b_descriptors.major == Major::MN,
-                        acc: acc_regs[chunk.clone()].to_vec(),
-                        elem,
-                    },
-                    &vec![Type::F32; per_rep],
-                );
-                acc_regs[chunk].copy_from_slice(&d);
+                steps.push(WgmmaStep { a, b });
             }
+            let chunk = rep_m * per_rep..(rep_m + 1) * per_rep;
+            let d = self.emit_multi(
+                Op::Wgmma {
+                    steps,
+                    trans_b: b_descriptors.major == Major::MN,
+                    acc: acc_regs[chunk.clone()].to_vec(),
+                    elem,
+                },
+                &vec![Type::F32; per_rep],
+            );
+            acc_regs[chunk].copy_from_slice(&d);
         }
         self.emit_effect(Op::WgmmaCommit);
         self.in_flight.committed += 1;
