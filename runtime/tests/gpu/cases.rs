@@ -460,12 +460,15 @@ fn dtype_of(case: &Case) -> DType {
 
 /// The runs of a case: sizes with ragged tails (and, for `scale_loop`, loop counts); a matrix is
 /// `rows x cols` with a row stride padded past `cols`, so that a stride bug reads the padding.
-/// A pipelined case's labels end with its stages (` s3`).
+/// A pipelined case's labels end with its stages (` s3`), one on `wgmma` with ` wgmma`.
 pub fn runs(case: &Case) -> Vec<Run> {
     let mut runs = unlabelled_runs(case);
-    if case.num_stages > 1 {
-        for run in &mut runs {
+    for run in &mut runs {
+        if case.num_stages > 1 {
             run.label.push_str(&format!(" s{}", case.num_stages));
+        }
+        if case.wgmma {
+            run.label.push_str(" wgmma");
         }
     }
     runs
