@@ -9,19 +9,19 @@
 //!
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
-//! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 128 x 64, 4, 2 | 64 x 128, 4, 2 |
+//! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 128 x 64, 4, 3, wgmma (causal: 128 x 64, 4, 2) | 64, 4 | 64 x 128, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 64, 4, 2, wgmma (causal: 64 x 64) | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
-//! | sm_90a | 256 | 128 x 64, 8, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
-//! checked against f64 first; docs/PERF.md, 2026-11-22): at head dims 64 and 128 on `wgmma`
-//! (1.05-1.35x the `mma.sync` entries they replace; the D64 causal forward stays on `mma.sync`,
-//! which won by 3%); elsewhere four warps and 128 query rows wherever the kernel holds query
-//! rows, except at head dim 256, whose accumulators need 8 warps. Several spill a little (up to
+//! checked against f64 first; docs/PERF.md, 2026-11-22): on `wgmma` wherever it won (1.05-1.53x
+//! the `mma.sync` entries it replaced; the forward at head dim 32 and the causal one at 64, and
+//! dK/dV at 256, stay on `mma.sync`, which won there); four warps and 128 query rows wherever
+//! the kernel holds query rows, except where the accumulators need 8 warps. Several spill a little (up to
 //! 700 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
 //! shared-memory reads of K and V per instruction against 16, which outweighs a few spilled
 //! values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
@@ -178,8 +178,12 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {
         // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22).
-        (Target::Sm90a, 32) => [c(128, 128, 4, 3), c(128, 64, 4, 2), c(64, 128, 4, 2)],
-        // Head dims 64 and 128 with `wgmma` candidates (docs/PERF.md, third session).
+        (Target::Sm90a, 32) => [
+            c(128, 128, 4, 3),
+            c(64, 64, 4, 2).on_wgmma(),
+            c(128, 64, 4, 2).on_wgmma(),
+        ],
+        // `wgmma` candidates tried at every head dim (docs/PERF.md, third session).
         (Target::Sm90a, 64) if causal => [
             c(128, 64, 4, 2),
             c(64, 128, 4, 2).on_wgmma(),
@@ -199,7 +203,11 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
-        (Target::Sm90a, 256) => [c(128, 64, 8, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
+        (Target::Sm90a, 256) => [
+            c(128, 64, 8, 2).on_wgmma(),
+            c(64, 64, 4, 2).on_wgmma(),
+            c(64, 64, 8, 2),
+        ],
         // Not tuned yet (no Ampere GPU here): FlashAttention-2's sm_80 shapes, which fit
         // without spills, halved at head dim 256.
         (Target::Sm80, 32 | 64) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
