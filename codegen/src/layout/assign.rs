@@ -583,22 +583,6 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                     shared
                 }
             };
-            let source_shape = kernel.ty(source).shape();
-            let elem_bytes = kernel.dtype(source).size_bytes();
-            if result.version == MmaVersion::V3
-                && shared
-                    .swizzled([source_shape[0], source_shape[1]])
-                    .wgmma_swizzle_bytes(elem_bytes)
-                    .is_none()
-            {
-                return Err(unsupported(
-                    dot.inst,
-                    format!(
-                        "%{} is staged for mma.sync ({shared}) and read by wgmma too",
-                        source.0
-                    ),
-                ));
-            }
             let from = if transposed {
                 let view = Layout::Shared(shared.transposed());
                 layouts[value.index()] = Some(view.clone());

@@ -113,16 +113,13 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Barrier => return self.call_intrinsic_void("llvm.nvvm.barrier0"),
-            Op::FenceProxyAsync => {
-                self.asm("fence.proxy.async.shared::cta;", &[], &[], &[])?;
-                return Ok(());
-            }
-            Op::WgmmaCommit => {
-                self.asm("wgmma.commit_group.sync.aligned;", &[], &[], &[])?;
-                return Ok(());
-            }
-            Op::WgmmaFence => {
-                self.asm("wgmma.fence.sync.aligned;", &[], &[], &[])?;
+            Op::FenceProxyAsync | Op::WgmmaFence | Op::WgmmaCommit => {
+                let statement = match &inst.op {
+                    Op::FenceProxyAsync => "fence.proxy.async.shared::cta;",
+                    Op::WgmmaFence => "wgmma.fence.sync.aligned;",
+                    _ => "wgmma.commit_group.sync.aligned;",
+                };
+                self.asm(statement, &[], &[], &[])?;
                 return Ok(());
             }
             Op::WgmmaWait { pending, values } => {

@@ -126,7 +126,8 @@ pub(super) enum Fragments {
 }
 
 impl Lowering<'_> {
-    fn packed_type(&self, inst: &TileInst, elem: Type) -> Result<Type> {
+    /// The 16-bit pair register type of `elem`, or an error: tensor cores take f16 and bf16.
+    pub(super) fn packed_type(&self, inst: &TileInst, elem: Type) -> Result<Type> {
         match elem {
             Type::F16 => Ok(Type::F16x2),
             Type::BF16 => Ok(Type::BF16x2),

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! [fence.proxy.async; bar.sync, if staged tiles were written]
-//! wgmma.fence acc.., a..                 // their writes land before the wgmmas read them
+//! wgmma.fence                            // register writes land before the wgmmas read them
 //! for rep_m: wgmma.mma_async acc[rep_m], a(rep_m, k), b(k) for every k step, in one statement
 //! wgmma.commit_group
 //! ...                                    // ops that do not use the result
@@ -35,17 +35,11 @@ pub(super) struct InFlight {
     committed: u32,
 }
 
-/// The `dot`s in flight around a region, while it is lowered.
-pub(super) struct Outer {
-    dots: Vec<(Value, u32)>,
-    committed: u32,
-}
-
 impl InFlight {
     /// Into a region: its ops see none of the `dot`s in flight around it (an `if` waits before
-    /// it for those its branches use; a loop for all).
-    pub fn enter(&mut self) -> Outer {
-        Outer {
+    /// it for those its branches use; a loop for all). Returns those, for [`Self::leave`].
+    pub fn enter(&mut self) -> InFlight {
+        InFlight {
             dots: std::mem::take(&mut self.dots),
             committed: self.committed,
         }
@@ -55,7 +49,7 @@ impl InFlight {
     /// may have waited for everything and another through its sibling for nothing, so the
     /// groups counted since do not tell how many follow an outer `dot`'s: each is then waited
     /// for with nothing left pending.
-    pub fn leave(&mut self, outer: Outer) {
+    pub fn leave(&mut self, outer: InFlight) {
         let committed = self.committed;
         self.dots = outer.dots;
         if committed != outer.committed {
@@ -69,6 +63,8 @@ impl InFlight {
 /// A shared operand's descriptors: the warpgroup's own (an i64 register) plus a constant per
 /// instruction.
 struct Descriptors {
+    tile: SharedTile,
+    is_a: bool,
     base: Reg,
     major: Major,
 }
@@ -122,7 +118,8 @@ impl Lowering<'_> {
         // Everything the wgmmas read from registers is written before the fence.
         self.emit_effect(Op::WgmmaFence);
         let a_passed = a_registers.unwrap_or_default();
-        let elem = self.operand_elem(inst, rhs)?;
+        let elem = b_descriptors.tile.elem;
+        self.packed_type(inst, elem)?;
         for rep_m in 0..reps_m {
             let mut steps = Vec::with_capacity(reps_k);
             for rep_k in 0..reps_k {
@@ -130,9 +127,7 @@ impl Lowering<'_> {
                     Some(descriptors) => WgmmaA::Descriptor {
                         desc: self.descriptor(
                             inst,
-                            lhs,
                             descriptors,
-                            true,
                             [rep_m * rows_per_rep, rep_k * WGMMA_K],
                         )?,
                         trans: descriptors.major == Major::MN,
@@ -142,7 +137,7 @@ impl Lowering<'_> {
                         WgmmaA::Registers(a_passed[first..first + A_REGS_PER_MMA].to_vec())
                     }
                 };
-                let b = self.descriptor(inst, rhs, &b_descriptors, false, [rep_k * WGMMA_K, 0])?;
+                let b = self.descriptor(inst, &b_descriptors, [rep_k * WGMMA_K, 0])?;
                 steps.push(WgmmaStep { a, b });
             }
             let chunk = rep_m * per_rep..(rep_m + 1) * per_rep;
@@ -254,16 +249,6 @@ impl Lowering<'_> {
         })
     }
 
-    fn operand_elem(&self, inst: &TileInst, value: Value) -> Result<Type> {
-        match self.operand_tile(value)?.elem {
-            elem @ (Type::F16 | Type::BF16) => Ok(elem),
-            other => Err(unsupported(
-                inst,
-                format!("expected f16 or bf16 wgmma operands, got {}", other.name()),
-            )),
-        }
-    }
-
     /// The descriptor bits every instruction of operand `value` shares, but for the start
     /// address: the tile's own start (and for A, its warpgroup's rows: warpgroup `g` of a
     /// block multiplies rows `64 g ..` of each `rows_per_rep`).
@@ -303,21 +288,23 @@ impl Lowering<'_> {
         };
         let rest = self.int_const(Type::I64, rest.encode() as i64);
         let base = self.int(IntOp::Or, field, rest);
-        Ok(Descriptors { base, major })
+        Ok(Descriptors {
+            tile,
+            is_a,
+            base,
+            major,
+        })
     }
 
-    /// The descriptor of the instruction that reads operand `value` from logical `origin`
-    /// (its warpgroup's rows added for A, in `descriptors.base`).
+    /// The descriptor of the instruction that reads the operand from logical `origin` (its
+    /// warpgroup's rows added for A, in `descriptors.base`).
     fn descriptor(
         &mut self,
         inst: &TileInst,
-        value: Value,
         descriptors: &Descriptors,
-        is_a: bool,
         origin: [usize; 2],
     ) -> Result<Reg> {
-        let tile = self.operand_tile(value)?;
-        let (_, at) = self.layout_descriptor(inst, &tile, is_a, origin)?;
+        let (_, at) = self.layout_descriptor(inst, &descriptors.tile, descriptors.is_a, origin)?;
         if at.start == 0 {
             return Ok(descriptors.base);
         }
