@@ -66,7 +66,9 @@ target/kiln-c-smoke
 python3 -c 'import sys; sys.path.insert(0, "python"); import kiln_attention'
 python3 scripts/attention_vs_sdpa.py selftest >/dev/null
 # The GPU-only scripts (PyTorch there) at least parse.
-python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' scripts/long_sequence.py
+for script in scripts/long_sequence.py scripts/fused_backward.py; do
+    python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$script"
+done
 
 # The `kiln` CLI built with kiln-codegen (LLVM): it compiles a shipped specialisation (warning if
 # that differs from the shipped PTX) and reads ptxas's resource report of one.

@@ -92,6 +92,7 @@ fn bad_calls_are_refused_with_the_field_named() {
         head_dim: 64,
         causal: false,
         softmax_scale: 0.125,
+        fused_backward: false,
     };
     let err = p.validate().unwrap_err().to_string();
     assert!(

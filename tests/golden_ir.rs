@@ -1,4 +1,4 @@
-//! Golden IR text of the four attention kernels at one specialisation each. The text is the
+//! Golden IR text of the attention kernels at one specialisation each. The text is the
 //! builder's output after folding and dead-code removal; a change to the DSL source, the builder
 //! or the printer shows up here as a line diff. Regenerate with `KILN_BLESS=1 cargo test --test golden_ir`.
 
@@ -49,9 +49,36 @@ fn forward_overlapped_causal_f16_d64() {
 
 #[test]
 fn backward_preprocess_f16_d64() {
+    let spec = spec(None, false).flag("ZERO_DQ_ACCUM", false);
     golden(
         "attention_bwd_preprocess",
-        backward::attention_bwd_preprocess::build(&spec(None, false)).unwrap(),
+        backward::attention_bwd_preprocess::build(&spec).unwrap(),
+    );
+}
+
+/// The fused backward's: it also zeroes the dQ accumulator.
+#[test]
+fn backward_preprocess_fused_f16_d64() {
+    let spec = spec(None, false).flag("ZERO_DQ_ACCUM", true);
+    golden(
+        "attention_bwd_preprocess_fused",
+        backward::attention_bwd_preprocess::build(&spec).unwrap(),
+    );
+}
+
+#[test]
+fn backward_fused_causal_f16_d64() {
+    golden(
+        "attention_bwd_fused",
+        backward::attention_bwd_fused::build(&spec(Some((64, 64)), true)).unwrap(),
+    );
+}
+
+#[test]
+fn backward_dq_convert_f16_d64() {
+    golden(
+        "attention_bwd_dq_convert",
+        backward::attention_bwd_dq_convert::build(&spec(None, false)).unwrap(),
     );
 }
 

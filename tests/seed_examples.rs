@@ -35,6 +35,7 @@ fn attend(
         head_dim: D,
         causal,
         softmax_scale: scale,
+        fused_backward: false,
     };
     let (qb, kb, vb) = (
         HostBuffer::from_f32(F32, &pad(q)),

@@ -175,6 +175,13 @@ pub enum Op {
         value: Value,
         mask: Option<Value>,
     },
+    /// Adds `value` to the f32 elements at `ptr`, each addition atomic (a `red.global.add.f32`);
+    /// lanes where `mask` is false add nothing. Gives no result, so no old value is read back.
+    AtomicAdd {
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+    },
     /// A window of `block_shape` at `offsets` into an array of `shape` with `strides` (all i64).
     MakeBlockPtr {
         base: Value,
@@ -194,6 +201,13 @@ pub enum Op {
         boundary_check: Vec<usize>,
     },
     StoreBlock {
+        ptr: Value,
+        value: Value,
+        boundary_check: Vec<usize>,
+    },
+    /// [`Op::AtomicAdd`] through a block pointer: along the axes in `boundary_check`, elements
+    /// outside the array add nothing.
+    AtomicAddBlock {
         ptr: Value,
         value: Value,
         boundary_check: Vec<usize>,
@@ -275,10 +289,12 @@ impl Op {
             Op::AddPtr { .. } => "add_ptr",
             Op::Load { .. } => "load",
             Op::Store { .. } => "store",
+            Op::AtomicAdd { .. } => "atomic_add",
             Op::MakeBlockPtr { .. } => "make_block_ptr",
             Op::Advance { .. } => "advance",
             Op::LoadBlock { .. } => "load_block",
             Op::StoreBlock { .. } => "store_block",
+            Op::AtomicAddBlock { .. } => "atomic_add_block",
             Op::For { .. } => "for",
             Op::If { .. } => "if",
             Op::Yield { .. } => "yield",

@@ -165,7 +165,7 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
             f(*ptr);
             mask.iter().chain(other).copied().for_each(f);
         }
-        Op::Store { ptr, value, mask } => {
+        Op::Store { ptr, value, mask } | Op::AtomicAdd { ptr, value, mask } => {
             f(*ptr);
             f(*value);
             mask.iter().copied().for_each(f);
@@ -190,7 +190,7 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
             offsets.iter().copied().for_each(f);
         }
         Op::LoadBlock { ptr, .. } => f(*ptr),
-        Op::StoreBlock { ptr, value, .. } => {
+        Op::StoreBlock { ptr, value, .. } | Op::AtomicAddBlock { ptr, value, .. } => {
             f(*ptr);
             f(*value);
         }
@@ -215,7 +215,9 @@ fn has_effects(op: &Op) -> bool {
     matches!(
         op,
         Op::Store { .. }
+            | Op::AtomicAdd { .. }
             | Op::StoreBlock { .. }
+            | Op::AtomicAddBlock { .. }
             | Op::For { .. }
             | Op::If { .. }
             | Op::Yield { .. }

@@ -86,7 +86,7 @@ impl Printer<'_> {
                 }
                 s
             }
-            Op::Store { ptr, value, mask } => {
+            Op::Store { ptr, value, mask } | Op::AtomicAdd { ptr, value, mask } => {
                 let mut s = format!(" {}", self.list(&[*ptr, *value]));
                 if let Some(m) = mask {
                     let _ = write!(s, ", mask {}", v(self, m));
@@ -114,6 +114,11 @@ impl Printer<'_> {
                 boundary_check,
             } => format!(" {}, check {boundary_check:?}", v(self, ptr)),
             Op::StoreBlock {
+                ptr,
+                value,
+                boundary_check,
+            }
+            | Op::AtomicAddBlock {
                 ptr,
                 value,
                 boundary_check,

@@ -174,6 +174,58 @@ fn fma_takes_f32_only() {
     half_fma::build(&Spec::new().dtype("T", F32)).unwrap();
 }
 
+/// Every program adds its `BLOCK` elements of `x`, and 1 per element, into the same `BLOCK`
+/// bins, but for the last bin.
+#[kernel]
+fn binned_sums<T, const BLOCK: usize>(x: Ptr<f32>, bins: Ptr<T>, counts: Ptr<f32>) {
+    let lanes = arange(0, BLOCK);
+    let v = load(x + program_id(0) * BLOCK + lanes);
+    atomic_add(bins + lanes, v, lanes < BLOCK - 1);
+    atomic_add(counts + lanes, 1.0);
+}
+
+#[test]
+fn atomic_adds_from_parallel_programs_all_land() {
+    let (block, programs) = (8usize, 4096usize);
+    let kernel =
+        binned_sums::build(&Spec::new().dtype("T", F32).int("BLOCK", block as i64)).unwrap();
+    // Integers, so that every order of the f32 sums gives the same exact result.
+    let values: Vec<f32> = (0..block * programs).map(|i| (i % 7) as f32).collect();
+    let x = HostBuffer::from_f32(F32, &values);
+    let bins = HostBuffer::from_f32(F32, &[0.5; 8]);
+    let counts = HostBuffer::zeros(F32, block);
+    let args = [
+        KernelArg::Buffer(&x),
+        KernelArg::Buffer(&bins),
+        KernelArg::Buffer(&counts),
+    ];
+    run(&kernel, Grid::new(programs as u32, 1, 1), &args).unwrap();
+    for (lane, &got) in bins.to_f32().iter().enumerate() {
+        let sum: f32 = values.iter().skip(lane).step_by(block).sum();
+        let want = if lane < block - 1 { 0.5 + sum } else { 0.5 };
+        assert_eq!(got, want, "bin {lane}");
+    }
+    assert_eq!(counts.to_f32(), vec![programs as f32; block]);
+}
+
+#[test]
+fn atomic_add_adds_into_f32_only() {
+    let err = binned_sums::build(&Spec::new().dtype("T", BF16).int("BLOCK", 8))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("`atomic_add` adds into f32 only, got pointers to bf16"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "dsl/tests/interp.rs:{}:",
+            line_of("atomic_add(bins + lanes, v, lanes < BLOCK - 1)")
+        )),
+        "{err}"
+    );
+}
+
 #[kernel]
 fn sum_of_products<const K: usize>(a: Ptr<f16>, b: Ptr<f16>, out: Ptr<f32>) {
     let rows = arange(0, 16);

@@ -27,6 +27,7 @@ pub fn standard(dtype: DType, head_dim: usize, causal: bool, seqlen: usize) -> A
         head_dim,
         causal,
         softmax_scale: AttentionParams::default_scale(head_dim),
+        fused_backward: false,
     }
 }
 
@@ -300,8 +301,9 @@ impl Problem {
             dq: dense(&self.dq, Side::Queries)?,
             dk: dense(&self.dk, Side::Keys)?,
             dv: dense(&self.dv, Side::Keys)?,
-            // The Rust API keeps delta in its own workspace.
+            // The Rust API keeps delta and the dQ accumulator in its own workspace.
             delta: HostBuffer::from_f64(DType::F32, &vec![0.0; sub.lse_len()]),
+            dq_accum: HostBuffer::zeros(DType::F32, 0),
         };
         Ok(got.compare(&sub, &reference.want, false))
     }

@@ -19,8 +19,8 @@ use crate::attention::{AttentionError, AttentionParams, HEAD_DIMS, Layout};
 pub const KILN_F16: i32 = 0;
 pub const KILN_BF16: i32 = 1;
 
-/// Backward may use one fused kernel with atomic dQ accumulation (not implemented yet: such a
-/// call answers `KILN_UNSUPPORTED`).
+/// The backward runs one fused pass with dQ accumulated by f32 atomic adds: faster, not bitwise
+/// reproducible. Without it the split dQ and dK/dV kernels run, bitwise the same on every run.
 pub const KILN_FLAG_FUSED_BACKWARD: u32 = 1;
 
 pub const KILN_OK: i32 = 0;
@@ -126,7 +126,8 @@ pub extern "C" fn kiln_version() -> *const c_char {
 static VERSION: std::sync::LazyLock<CString> = std::sync::LazyLock::new(|| {
     let dims: Vec<String> = HEAD_DIMS.iter().map(usize::to_string).collect();
     CString::new(format!(
-        "kiln {} (attention forward, split backward; causal, MHA/GQA/MQA: f16, bf16, head dims {}, \
+        "kiln {} (attention forward, split and fused backward; causal, MHA/GQA/MQA: f16, bf16, \
+         head dims {}, \
          archs sm_80, sm_90a)",
         env!("CARGO_PKG_VERSION"),
         dims.join(", ")
@@ -181,8 +182,8 @@ pub unsafe extern "C" fn kiln_attn_bwd_workspace_bytes(cfg: *const kiln_attn_con
     bytes
 }
 
-/// Launches the backward pass (bitwise the same on every run) on `stream`, as
-/// [`kiln_attn_fwd`] does.
+/// Launches the backward pass on `stream`, as [`kiln_attn_fwd`] does: split (bitwise the same on
+/// every run), or fused with `KILN_FLAG_FUSED_BACKWARD`.
 ///
 /// # Safety
 /// `args` is NULL or points to a valid `kiln_attn_bwd_args` whose tensors, `lse` and workspace
@@ -362,12 +363,6 @@ fn params(
             cfg.flags & !KILN_FLAG_FUSED_BACKWARD
         ));
     }
-    if backward && cfg.flags & KILN_FLAG_FUSED_BACKWARD != 0 {
-        lacks(
-            "the fused backward (KILN_FLAG_FUSED_BACKWARD): this build has only the split one"
-                .to_string(),
-        );
-    }
     let p = AttentionParams {
         dtype,
         batch,
@@ -378,6 +373,8 @@ fn params(
         head_dim,
         causal: cfg.causal == 1,
         softmax_scale: cfg.softmax_scale,
+        // The forward has nothing to fuse: its calls are the same with the flag or without.
+        fused_backward: backward && cfg.flags & KILN_FLAG_FUSED_BACKWARD != 0,
     };
     p.check_fields()?;
     Ok((p, unsupported))

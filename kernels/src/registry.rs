@@ -33,6 +33,7 @@ fn default_attention() -> AttentionParams {
         head_dim: 64,
         causal: true,
         softmax_scale: 0.125,
+        fused_backward: false,
     }
 }
 
@@ -72,6 +73,16 @@ pub fn kernels() -> Vec<KernelEntry> {
             signature: &backward::attention_bwd_dkdv::SIGNATURE,
             build: backward::attention_bwd_dkdv::build,
             default_spec: || attention_spec(AttentionKernel::DkDv),
+        },
+        KernelEntry {
+            signature: &backward::attention_bwd_fused::SIGNATURE,
+            build: backward::attention_bwd_fused::build,
+            default_spec: || attention_spec(AttentionKernel::Fused),
+        },
+        KernelEntry {
+            signature: &backward::attention_bwd_dq_convert::SIGNATURE,
+            build: backward::attention_bwd_dq_convert::build,
+            default_spec: || attention_spec(AttentionKernel::DqConvert),
         },
         KernelEntry {
             signature: &gemm::gemm_bias_gelu::SIGNATURE,

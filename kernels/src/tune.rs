@@ -1,5 +1,6 @@
 //! Autotuning the attention kernels on a GPU: for one dtype, head dim and mask, each candidate
-//! configuration of a kernel (forward, dQ, dK/dV; [`candidates`]) is compiled by the caller
+//! configuration of a kernel (forward, dQ, dK/dV, the fused backward's pass; [`candidates`]) is
+//! compiled by the caller
 //! (kiln-codegen, which this crate does not link), checked against the f64 reference on a ragged
 //! GQA problem, and timed at the benchmark setup with the rest of the call as shipped. The
 //! fastest correct candidate per kernel is what `attention::config`'s table should say for that
@@ -34,7 +35,7 @@ pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> 
                     // On Hopper's warpgroup tensor cores: every warp along the rows of each
                     // product, 16 or more each (dK/dV's products are along keys and queries).
                     let rows = match kernel {
-                        AttentionKernel::DkDv => block_m.min(block_n),
+                        AttentionKernel::DkDv | AttentionKernel::Fused => block_m.min(block_n),
                         _ => block_m,
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
@@ -112,6 +113,11 @@ pub fn tune(
     let mut time = Problem::random(device, timed, rng)?;
     let mut trials = Vec::new();
     for &kernel in &setup.kernels {
+        // The fused pass is timed in the fused backward, every other kernel in the split one.
+        let fused_backward = kernel == AttentionKernel::Fused;
+        check.params.fused_backward = fused_backward;
+        time.params.fused_backward = fused_backward;
+        let timed = time.params;
         let shipped = table.kernel(kernel);
         let mut configs = setup
             .configs

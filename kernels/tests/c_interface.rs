@@ -403,21 +403,34 @@ fn valid_requests_kiln_lacks_are_unsupported_and_invalid_ones_say_so_first() {
         args.dq.data = ptr::null_mut();
         backward_fails(&args, KILN_INVALID_ARGUMENT, "dq.data is NULL");
     }
-    let mut args = backward_args();
-    args.cfg.flags = KILN_FLAG_FUSED_BACKWARD;
-    backward_fails(
-        &args,
-        KILN_UNSUPPORTED,
-        "the fused backward (KILN_FLAG_FUSED_BACKWARD)",
-    );
 }
 
 #[test]
-fn the_workspace_holds_one_f32_per_query_row() {
+fn the_workspace_holds_one_f32_per_query_row_and_the_fused_dq_accumulator() {
     // Safety: a valid config.
     let bytes = unsafe { kiln_attn_bwd_workspace_bytes(&config()) };
     assert_eq!(bytes, (B * HQ * NQ * 4) as usize);
     assert_eq!(last_error(), "");
+    let fused = kiln_attn_config {
+        flags: KILN_FLAG_FUSED_BACKWARD,
+        ..config()
+    };
+    // Safety: a valid config.
+    let fused_bytes = unsafe { kiln_attn_bwd_workspace_bytes(&fused) };
+    // delta, padded to 256 bytes, then an f32 for every element of dQ.
+    let delta = (B * HQ * NQ * 4) as usize;
+    assert_eq!(
+        fused_bytes,
+        delta.next_multiple_of(256) + (B * HQ * NQ * D * 4) as usize
+    );
+    // A workspace sized for the split backward is too small for the fused one.
+    let mut args = backward_args();
+    args.cfg.flags = KILN_FLAG_FUSED_BACKWARD;
+    backward_fails(
+        &args,
+        KILN_INVALID_ARGUMENT,
+        &format!("workspace_bytes must be at least {fused_bytes}"),
+    );
 }
 
 #[test]
@@ -442,8 +455,8 @@ fn the_version_lists_what_this_build_implements() {
     assert_eq!(
         version,
         format!(
-            "kiln {} (attention forward, split backward; causal, MHA/GQA/MQA: f16, bf16, head \
-             dims 32, 64, 128, 256, archs sm_80, sm_90a)",
+            "kiln {} (attention forward, split and fused backward; causal, MHA/GQA/MQA: f16, \
+             bf16, head dims 32, 64, 128, 256, archs sm_80, sm_90a)",
             env!("CARGO_PKG_VERSION")
         )
     );

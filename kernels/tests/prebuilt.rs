@@ -14,10 +14,11 @@ use kiln_runtime::ParamType;
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
-    // Forward, dQ and dK/dV with and without the mask, the preprocessing kernel without.
+    // Forward, dQ, dK/dV and the fused pass with and without the mask; the preprocessing
+    // kernel (once for each backward) and the dQ conversion without.
     assert_eq!(
         shipped.len(),
-        Target::ALL.len() * prebuilt::DTYPES.len() * HEAD_DIMS.len() * 7
+        Target::ALL.len() * prebuilt::DTYPES.len() * HEAD_DIMS.len() * (4 * 2 + 3)
     );
     let names: BTreeSet<&str> = shipped.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
@@ -57,34 +58,38 @@ fn every_planned_launch_finds_its_ptx() {
         for dtype in [DType::F16, DType::BF16] {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
-                    let p = AttentionParams {
-                        dtype,
-                        batch: 3,
-                        seqlen_q: 333,
-                        seqlen_k: 1000,
-                        heads_q: 8,
-                        heads_kv: 2,
-                        head_dim,
-                        causal,
-                        softmax_scale: 0.1,
-                    };
-                    let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
-                    let k = Layout::contiguous(p.seqlen_k, p.heads_kv, head_dim);
-                    let forward = plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
-                        .expect("a valid call");
-                    let layouts = BackwardLayouts {
-                        q,
-                        k,
-                        v: k,
-                        o: q,
-                        d_o: q,
-                        dq: q,
-                        dk: k,
-                        dv: k,
-                    };
-                    let backward = plan::backward(&p, &layouts, target).expect("a valid call");
-                    for launch in std::iter::once(forward).chain(backward) {
-                        assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
+                    for fused_backward in [false, true] {
+                        let p = AttentionParams {
+                            dtype,
+                            batch: 3,
+                            seqlen_q: 333,
+                            seqlen_k: 1000,
+                            heads_q: 8,
+                            heads_kv: 2,
+                            head_dim,
+                            causal,
+                            softmax_scale: 0.1,
+                            fused_backward,
+                        };
+                        let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
+                        let k = Layout::contiguous(p.seqlen_k, p.heads_kv, head_dim);
+                        let forward =
+                            plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
+                                .expect("a valid call");
+                        let layouts = BackwardLayouts {
+                            q,
+                            k,
+                            v: k,
+                            o: q,
+                            d_o: q,
+                            dq: q,
+                            dk: k,
+                            dv: k,
+                        };
+                        let backward = plan::backward(&p, &layouts, target).expect("a valid call");
+                        for launch in std::iter::once(forward).chain(backward) {
+                            assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
+                        }
                     }
                 }
             }

@@ -83,6 +83,7 @@ fn params(
         head_dim,
         causal,
         softmax_scale: AttentionParams::default_scale(head_dim),
+        fused_backward: false,
     }
 }
 
@@ -115,6 +116,20 @@ fn check_cases() -> Vec<(String, AttentionParams)> {
     add(DType::F16, 64, false, [1, 15999, 16384, 8, 2]);
     add(DType::BF16, 64, true, [1, 16384, 12289, 8, 8]);
     add(DType::BF16, 128, true, [1, 16384, 16384, 16, 4]);
+    // The fused backward (dQ by atomic adds) on the ragged GQA shape, and once at 16k.
+    for dtype in [DType::F16, DType::BF16] {
+        for head_dim in [64, 128] {
+            for causal in [false, true] {
+                add(dtype, head_dim, causal, [2, 777, 1031, 8, 2]);
+            }
+        }
+    }
+    add(DType::BF16, 128, true, [1, 16384, 15001, 16, 4]);
+    let fused = cases.len() - 9;
+    for (name, p) in &mut cases[fused..] {
+        name.push_str("_fused");
+        p.fused_backward = true;
+    }
     cases
 }
 

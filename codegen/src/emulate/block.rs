@@ -236,6 +236,30 @@ impl BlockState<'_, '_> {
                 }
                 Ok(())
             }
+            Op::AtomicAdd { ptr, values, pred } => {
+                if self.space(*ptr) == Space::Shared {
+                    let message = "an atomic add into shared memory".to_string();
+                    return Err(self.error(inst, None, message));
+                }
+                let bytes = 4 * values.len() as u64;
+                for t in 0..self.threads {
+                    if pred.is_some_and(|p| self.get(p, t) & 1 == 0) {
+                        continue;
+                    }
+                    let address = self.get(*ptr, t);
+                    if !address.is_multiple_of(bytes) {
+                        let message =
+                            format!("{bytes}-byte vector atomic add at {address}, misaligned");
+                        return Err(self.error(inst, Some(t), message));
+                    }
+                    for (i, &value) in values.iter().enumerate() {
+                        let at = address + 4 * i as u64;
+                        let added = self.global.add_f32(at, self.get(value, t));
+                        added.map_err(|m| self.error(inst, Some(t), m))?;
+                    }
+                }
+                Ok(())
+            }
             Op::StoreVector { ptr, values, pred } => {
                 let ty = self.ty(values[0]);
                 let bytes = (ty.bytes() as usize * values.len()) as u64;
@@ -685,6 +709,7 @@ impl BlockState<'_, '_> {
             | Op::Yield(_)
             | Op::Barrier
             | Op::Store { .. }
+            | Op::AtomicAdd { .. }
             | Op::StoreVector { .. }
             | Op::LoadVector { .. }
             | Op::CpAsync { .. }
@@ -784,6 +809,7 @@ fn inst_name(op: &Op) -> &'static str {
         Op::CpAsyncCommit => "cp.async.commit_group",
         Op::CpAsyncWait { .. } => "cp.async.wait_group",
         Op::Store { .. } | Op::StoreVector { .. } => "st",
+        Op::AtomicAdd { .. } => "red.global.add.f32",
         Op::Shuffle { .. } => "shfl.sync",
         Op::Ldmatrix { .. } => "ldmatrix",
         Op::Mma { .. } => "mma.sync",

@@ -117,6 +117,19 @@ impl<'a> Global<'a> {
         }
         Ok(())
     }
+
+    /// `red.global.add.f32`: adds the f32 `bits` to an element of an f32 buffer.
+    pub fn add_f32(&self, address: u64, bits: u64) -> Result<(), String> {
+        let (buffer, index) = self.locate(address, Type::F32)?;
+        if buffer.dtype() != DType::F32 {
+            return Err(format!(
+                "an f32 atomic add into a {} buffer at {address:#x}",
+                buffer.dtype()
+            ));
+        }
+        buffer.atomic_add_f32(index, f32::from_bits(bits as u32));
+        Ok(())
+    }
 }
 
 /// Who last touched a byte of shared memory, in which phase (barriers count phases).

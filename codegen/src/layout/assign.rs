@@ -326,14 +326,16 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 tie(&tied);
                 access(results[0], pointee_bytes(kernel, *ptr));
             }
-            Op::Store { ptr, value, mask } => {
+            Op::Store { ptr, value, mask } | Op::AtomicAdd { ptr, value, mask } => {
                 let mut tied = vec![*ptr, *value];
                 tied.extend(mask.iter());
                 tie(&tied);
                 access(*value, pointee_bytes(kernel, *ptr));
             }
             Op::LoadBlock { ptr, .. } => access(results[0], pointee_bytes(kernel, *ptr)),
-            Op::StoreBlock { ptr, value, .. } => access(*value, pointee_bytes(kernel, *ptr)),
+            Op::StoreBlock { ptr, value, .. } | Op::AtomicAddBlock { ptr, value, .. } => {
+                access(*value, pointee_bytes(kernel, *ptr))
+            }
             Op::For { init, body, .. } => {
                 for (i, &init) in init.iter().enumerate() {
                     let mut tied = vec![init, body.params[i + 1], results[i]];

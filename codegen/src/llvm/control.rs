@@ -1,10 +1,14 @@
 //! Structured control flow and predicated memory access: `for` as a loop whose carried values
-//! are phis, `if` as a diamond, a predicated load or store as a branch around the access.
+//! are phis, `if` as a diamond, a predicated load, store or atomic add as a branch around the
+//! access.
 
 use inkwell::IntPredicate;
 use inkwell::basic_block::BasicBlock;
+use inkwell::llvm_sys::LLVMAtomicOrdering;
+use inkwell::llvm_sys::LLVMAtomicRMWBinOp;
+use inkwell::llvm_sys::core::LLVMBuildAtomicRMW;
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{BasicValue, BasicValueEnum, PhiValue};
+use inkwell::values::{AsValueRef, BasicValue, BasicValueEnum, PhiValue};
 
 use super::{Result, Translation};
 use crate::thread::{Block, Reg};
@@ -201,43 +205,81 @@ impl<'ctx> Translation<'_, 'ctx> {
         pred: Option<Reg>,
     ) -> Result<()> {
         let address = self.value(ptr)?.into_pointer_value();
-        let done = match pred {
-            Some(pred) => {
-                let pred = self.value(pred)?.into_int_value();
-                let store_block = self.context.append_basic_block(self.function, "store");
-                let done = self.context.append_basic_block(self.function, "stored");
-                self.builder
-                    .build_conditional_branch(pred, store_block, done)?;
-                self.builder.position_at_end(store_block);
-                Some(done)
-            }
-            None => None,
-        };
-        let store = self.builder.build_store(address, value)?;
-        store
-            .set_alignment(bytes)
-            .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
-        if let Some(done) = done {
-            self.builder.build_unconditional_branch(done)?;
-            self.builder.position_at_end(done);
-        }
-        Ok(())
+        self.predicated(pred, |this| {
+            let store = this.builder.build_store(address, value)?;
+            store
+                .set_alignment(bytes)
+                .map_err(|e| CodegenError::llvm(Stage::Llir, e))
+        })
     }
 
     pub(super) fn store(&mut self, ptr: Reg, value: Reg, pred: Option<Reg>) -> Result<()> {
         let address = self.value(ptr)?.into_pointer_value();
         let value = self.value(value)?;
+        self.predicated(pred, |this| {
+            this.builder.build_store(address, value)?;
+            Ok(())
+        })
+    }
+
+    /// One f32: `atomicrmw fadd` (relaxed, on the whole device), which NVPTX emits as
+    /// `atom.global.add.f32` and ptxas turns into a `RED` since no result is used; inkwell only
+    /// builds integer `atomicrmw`s, so this goes through the LLVM C API. Two or four: LLVM has no
+    /// vector atomic for NVPTX, so `red.global.add.v{2,4}.f32` is inline asm.
+    pub(super) fn atomic_add(&mut self, ptr: Reg, values: &[Reg], pred: Option<Reg>) -> Result<()> {
+        let address = self.value(ptr)?.into_pointer_value();
+        if let [value] = values {
+            let value = self.value(*value)?.into_float_value();
+            return self.predicated(pred, |this| {
+                // Safety: the builder is positioned, `address` is a pointer and `value` an f32, as
+                // `atomicrmw fadd` needs.
+                unsafe {
+                    LLVMBuildAtomicRMW(
+                        this.builder.as_mut_ptr(),
+                        LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
+                        address.as_value_ref(),
+                        value.as_value_ref(),
+                        LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
+                        0,
+                    )
+                };
+                Ok(())
+            });
+        }
+        let mut inputs = vec![address.into()];
+        for &value in values {
+            inputs.push(self.value(value)?);
+        }
+        let operands: Vec<String> = (1..=values.len()).map(|i| format!("${i}")).collect();
+        let asm = format!(
+            "red.global.add.v{}.f32 [$0], {{{}}};",
+            values.len(),
+            operands.join(", ")
+        );
+        let mut constraints = vec!["l".to_string()];
+        constraints.extend(values.iter().map(|_| "f".to_string()));
+        self.predicated(pred, |this| {
+            this.asm(&asm, &constraints, &[], &inputs)?;
+            Ok(())
+        })
+    }
+
+    /// Runs `access` in a block of its own that is branched around where `pred` is false.
+    fn predicated(
+        &mut self,
+        pred: Option<Reg>,
+        access: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
         let Some(pred) = pred else {
-            self.builder.build_store(address, value)?;
-            return Ok(());
+            return access(self);
         };
         let pred = self.value(pred)?.into_int_value();
-        let store_block = self.context.append_basic_block(self.function, "store");
+        let access_block = self.context.append_basic_block(self.function, "store");
         let done = self.context.append_basic_block(self.function, "stored");
         self.builder
-            .build_conditional_branch(pred, store_block, done)?;
-        self.builder.position_at_end(store_block);
-        self.builder.build_store(address, value)?;
+            .build_conditional_branch(pred, access_block, done)?;
+        self.builder.position_at_end(access_block);
+        access(self)?;
         self.builder.build_unconditional_branch(done)?;
         self.builder.position_at_end(done);
         Ok(())

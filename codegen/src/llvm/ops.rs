@@ -44,6 +44,7 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Store { ptr, value, pred } => return self.store(*ptr, *value, *pred),
+            Op::AtomicAdd { ptr, values, pred } => return self.atomic_add(*ptr, values, *pred),
             Op::StoreVector { ptr, values, pred } => {
                 let vector_type = self.vector_type(self.ty(values[0]), values.len())?;
                 let i32_type = self.context.i32_type();
@@ -349,6 +350,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             Op::For { .. }
             | Op::If { .. }
             | Op::Store { .. }
+            | Op::AtomicAdd { .. }
             | Op::StoreVector { .. }
             | Op::LoadVector { .. }
             | Op::CpAsync { .. }
@@ -445,7 +447,7 @@ impl<'ctx> Translation<'_, 'ctx> {
     /// Inline PTX for what LLVM 19 has no intrinsic for (`wgmma`, the async-proxy fence):
     /// volatile and clobbering memory, so that it keeps its place among shared-memory accesses
     /// and other such statements. `constraints` lists the outputs' then the inputs'.
-    fn asm(
+    pub(super) fn asm(
         &self,
         asm: &str,
         constraints: &[String],

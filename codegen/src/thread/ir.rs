@@ -247,6 +247,14 @@ pub enum Op {
         value: Reg,
         pred: Option<Reg>,
     },
+    /// Adds the f32 `values` (1, or 2 or 4 on sm_90) to consecutive f32 elements at global
+    /// `ptr` where `pred` holds (or always), each addition atomic: `red.global.add.f32`,
+    /// `red.global.add.v2.f32`, `.v4.f32` (one access; `ptr` aligned to the vector).
+    AtomicAdd {
+        ptr: Reg,
+        values: Vec<Reg>,
+        pred: Option<Reg>,
+    },
     /// Writes `values` (2, 4 or 8 of one type) to consecutive elements at `ptr` where `pred`
     /// holds (or always), one vector access (`st.shared.v4.b32` for eight 16-bit values, at most
     /// 16 bytes); `ptr` is aligned to the vector.

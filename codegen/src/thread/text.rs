@@ -125,6 +125,21 @@ fn op_text(op: &Op) -> String {
             }
             s
         }
+        Op::AtomicAdd { ptr, values, pred } => {
+            let mut s = match values[..] {
+                [value] => format!("red.add.f32 {}, {}", reg(*ptr), reg(value)),
+                _ => format!(
+                    "red.add.v{}.f32 {}, {{{}}}",
+                    values.len(),
+                    reg(*ptr),
+                    regs(values)
+                ),
+            };
+            if let Some(p) = pred {
+                let _ = write!(s, " if {}", reg(*p));
+            }
+            s
+        }
         Op::StoreVector { ptr, values, pred } => {
             let mut s = format!("st.v{} {}, {{{}}}", values.len(), reg(*ptr), regs(values));
             if let Some(p) = pred {

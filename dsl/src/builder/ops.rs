@@ -505,6 +505,27 @@ impl Builder {
         ))
     }
 
+    /// What a write through the pointers `ptr` takes: `value` converted to their `pointee` and
+    /// broadcast to their shape, and `mask` broadcast too.
+    fn write_operands(
+        &mut self,
+        ptr: Value,
+        pointee: DType,
+        value: Value,
+        mask: Option<Value>,
+        what: &str,
+        loc: Loc,
+    ) -> Result<(Value, Option<Value>)> {
+        let shape = self.ty(ptr).shape().to_vec();
+        let value = self.cast(value, pointee, loc)?;
+        let value = self.broadcast_value(value, &shape, loc)?;
+        let mask = match mask {
+            Some(m) => Some(self.mask_for(m, &shape, what, loc)?),
+            None => None,
+        };
+        Ok((value, mask))
+    }
+
     /// `store(ptrs, value)`, `store(ptrs, value, mask)`: writes through a tile of pointers,
     /// converting `value` to the pointee dtype; lanes where `mask` is false write nothing.
     /// `store(block_ptr, value)` writes a block without bounds checks.
@@ -514,14 +535,30 @@ impl Builder {
             return self.store_block(ptr, value, &[], loc);
         }
         let pointee = self.pointee(ptr, "`store`", loc)?;
-        let shape = self.ty(ptr).shape().to_vec();
-        let value = self.cast(value, pointee, loc)?;
-        let value = self.broadcast_value(value, &shape, loc)?;
-        let mask = match mask {
-            Some(m) => Some(self.mask_for(m, &shape, "`store`", loc)?),
-            None => None,
-        };
+        let (value, mask) = self.write_operands(ptr, pointee, value, mask, "`store`", loc)?;
         self.push(Op::Store { ptr, value, mask }, Vec::new(), loc);
+        Ok(())
+    }
+
+    /// `atomic_add(ptrs, value)`, `atomic_add(ptrs, value, mask)`: adds `value` (converted to
+    /// f32) to the f32 elements at `ptrs`, each addition atomic, so programs may add into the same
+    /// elements; lanes where `mask` is false add nothing. The sum's order between programs is not
+    /// fixed, so results may differ in the last bits from run to run. Returns nothing.
+    pub fn atomic_add(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        loc: Loc,
+    ) -> Result<()> {
+        self.check_visible(ptr, loc)?;
+        if matches!(self.ty(ptr), Type::BlockPtr { .. }) && mask.is_none() {
+            return self.atomic_add_block(ptr, value, &[], loc);
+        }
+        let pointee = self.pointee(ptr, "`atomic_add`", loc)?;
+        check_atomic_pointee(pointee, loc)?;
+        let (value, mask) = self.write_operands(ptr, pointee, value, mask, "`atomic_add`", loc)?;
+        self.push(Op::AtomicAdd { ptr, value, mask }, Vec::new(), loc);
         Ok(())
     }
 
@@ -678,30 +715,67 @@ impl Builder {
         boundary_check: &[Value],
         loc: Loc,
     ) -> Result<()> {
-        let (pointee, block_shape) = self.block_ptr(ptr, "`store`", loc)?;
+        self.write_block(ptr, value, boundary_check, false, loc)
+    }
+
+    /// `atomic_add(block_ptr, value, [axes..])`: [`Builder::atomic_add`] into a block of f32;
+    /// along the listed axes, elements outside the array's shape add nothing.
+    pub fn atomic_add_block(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        boundary_check: &[Value],
+        loc: Loc,
+    ) -> Result<()> {
+        self.write_block(ptr, value, boundary_check, true, loc)
+    }
+
+    /// A block store, or with `accumulate` a block atomic add.
+    fn write_block(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        boundary_check: &[Value],
+        accumulate: bool,
+        loc: Loc,
+    ) -> Result<()> {
+        let what = if accumulate {
+            "`atomic_add`"
+        } else {
+            "`store`"
+        };
+        let (pointee, block_shape) = self.block_ptr(ptr, what, loc)?;
+        if accumulate {
+            check_atomic_pointee(pointee, loc)?;
+        }
         let boundary_check = self.boundary_axes(boundary_check, block_shape.len(), loc)?;
-        self.number_dtype(value, "`store`", loc)?;
+        self.number_dtype(value, what, loc)?;
         let value = self.cast(value, pointee, loc)?;
         if self.ty(value).shape() != block_shape && !self.ty(value).is_scalar() {
             return Err(Error::semantic(
                 loc,
                 format!(
-                    "`store` to a block of {} got a value of {}",
+                    "{what} to a block of {} got a value of {}",
                     ShapeDisplay(&block_shape),
                     self.ty(value)
                 ),
             ));
         }
         let value = self.broadcast_value(value, &block_shape, loc)?;
-        self.push(
+        let op = if accumulate {
+            Op::AtomicAddBlock {
+                ptr,
+                value,
+                boundary_check,
+            }
+        } else {
             Op::StoreBlock {
                 ptr,
                 value,
                 boundary_check,
-            },
-            Vec::new(),
-            loc,
-        );
+            }
+        };
+        self.push(op, Vec::new(), loc);
         Ok(())
     }
 
@@ -758,4 +832,15 @@ impl Builder {
             self.cast(step, dtype, loc)?,
         ))
     }
+}
+
+/// Refuses an `atomic_add` into anything but f32, the one dtype kiln adds atomically.
+fn check_atomic_pointee(pointee: DType, loc: Loc) -> Result<()> {
+    if pointee == DType::F32 {
+        return Ok(());
+    }
+    Err(Error::semantic(
+        loc,
+        format!("`atomic_add` adds into f32 only, got pointers to {pointee}"),
+    ))
 }

@@ -165,6 +165,17 @@ impl HostBuffer {
         self.set_bits(index, bits);
     }
 
+    /// Adds `value` to element `index` of an f32 buffer as one atomic step (the interpreter's
+    /// programs run in parallel), rounding as the GPU's f32 addition does.
+    pub fn atomic_add_f32(&self, index: usize, value: f32) {
+        let Cells::W32(cells) = &self.cells else {
+            unreachable!("the builder lets `atomic_add` add into f32 only")
+        };
+        let add = |bits: u32| Some((f32::from_bits(bits) + value).to_bits());
+        // The closure never refuses, so the update always succeeds.
+        let _ = cells[index].fetch_update(Relaxed, Relaxed, add);
+    }
+
     /// Writes an integer, wrapped to the buffer's width.
     pub fn write_int(&self, index: usize, value: i64) {
         if self.dtype.is_float() {

@@ -254,7 +254,11 @@ impl Program<'_, '_> {
             )),
             Op::Load { ptr, mask, other } => self.load(inst, *ptr, *mask, *other).map(|d| vec![d]),
             Op::Store { ptr, value, mask } => {
-                self.store(inst, *ptr, *value, *mask)?;
+                self.store(inst, *ptr, *value, *mask, false)?;
+                Ok(Vec::new())
+            }
+            Op::AtomicAdd { ptr, value, mask } => {
+                self.store(inst, *ptr, *value, *mask, true)?;
                 Ok(Vec::new())
             }
             Op::MakeBlockPtr {
@@ -297,7 +301,16 @@ impl Program<'_, '_> {
                 boundary_check,
             } => {
                 let shape = self.shape(*value);
-                self.store_block(inst, *ptr, *value, &shape, boundary_check)?;
+                self.store_block(inst, *ptr, *value, &shape, boundary_check, false)?;
+                Ok(Vec::new())
+            }
+            Op::AtomicAddBlock {
+                ptr,
+                value,
+                boundary_check,
+            } => {
+                let shape = self.shape(*value);
+                self.store_block(inst, *ptr, *value, &shape, boundary_check, true)?;
                 Ok(Vec::new())
             }
             Op::For {
@@ -641,9 +654,19 @@ impl Program<'_, '_> {
         Ok(out)
     }
 
-    fn write(&self, inst: &Inst, addr: Addr, value: &Data, i: usize) -> Result<()> {
+    /// Writes element `i` of `value` at `addr`, or with `accumulate` (`atomic_add`, f32 only)
+    /// adds it there, atomically, since programs run in parallel.
+    fn write(
+        &self,
+        inst: &Inst,
+        addr: Addr,
+        value: &Data,
+        i: usize,
+        accumulate: bool,
+    ) -> Result<()> {
         let (buffer, index) = self.locate(inst, addr)?;
         match value {
+            Data::Float(v) if accumulate => buffer.atomic_add_f32(index, v[i]),
             Data::Float(v) => buffer.write_float(index, v[i]),
             Data::Int(v) => buffer.write_int(index, v[i]),
             Data::Bool(v) => buffer.write_int(index, v[i] as i64),
@@ -652,11 +675,19 @@ impl Program<'_, '_> {
         Ok(())
     }
 
-    fn store(&self, inst: &Inst, ptr: Value, value: Value, mask: Option<Value>) -> Result<()> {
+    /// A store, or with `accumulate` an `atomic_add`.
+    fn store(
+        &self,
+        inst: &Inst,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        accumulate: bool,
+    ) -> Result<()> {
         let data = self.get(value);
         for (i, &addr) in self.addrs(ptr).iter().enumerate() {
             if mask.is_none_or(|m| self.bools(m)[i]) {
-                self.write(inst, addr, data, i)?;
+                self.write(inst, addr, data, i, accumulate)?;
             }
         }
         Ok(())
@@ -721,10 +752,11 @@ impl Program<'_, '_> {
         value: Value,
         shape: &[usize],
         boundary_check: &[usize],
+        accumulate: bool,
     ) -> Result<()> {
         let data = self.get(value);
         self.for_each_block_element(ptr, shape, boundary_check, |i, addr| match addr {
-            Some(addr) => self.write(inst, addr, data, i),
+            Some(addr) => self.write(inst, addr, data, i, accumulate),
             None => Ok(()),
         })
     }

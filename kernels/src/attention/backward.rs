@@ -2,22 +2,35 @@
 //! a dQ kernel that walks key tiles, and a dK/dV kernel that walks query tiles. No atomics: each
 //! output element is written by exactly one program, so the backward pass is deterministic.
 //!
+//! Or fused, as FlashAttention-2 and 3 do (`KILN_FLAG_FUSED_BACKWARD`): the preprocessing kernel
+//! also zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K` into it with atomic
+//! adds (no second pass over the keys), and a last kernel scales and rounds it into dQ. The
+//! order of the adds varies, so dQ may differ in its last bits from run to run.
+//!
 //! Both gradient kernels recompute `P = exp2(s * log2(e) - lse * log2(e))` from the forward's
 //! natural-log LSE. A row with LSE = -inf saw no key: it gets `+inf` in place of its LSE, so its
 //! `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
 
-use kiln_dsl::kernel;
+use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
     check_head_dim, head_base, key_range, lse_log2, mask_scores, query_block, row_block,
 };
 
-/// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32.
+/// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32; with `ZERO_DQ_ACCUM` (the
+/// fused backward) the same rows of the dQ accumulator are zeroed. Without it, `dq_accum` is
+/// never touched.
 #[kernel]
-pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+pub fn attention_bwd_preprocess<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const ZERO_DQ_ACCUM: bool,
+>(
     o: Ptr<T>,
     d_o: Ptr<T>,
     delta: Ptr<f32>,
+    dq_accum: Ptr<f32>,
     seqlen_q: i32,
     heads_q: i32,
     o_batch_stride: i64,
@@ -42,6 +55,56 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     let rows = delta + batch_head.to::<i64>() * seqlen_q + offs_m;
     store(rows, sum(o_tile * do_tile, 1), offs_m < seqlen_q);
+    if ZERO_DQ_ACCUM {
+        let row_base = batch_head.to::<i64>() * seqlen_q;
+        let accum =
+            dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
+        store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
+    }
+}
+
+/// dQ of the fused backward for one (query block, batch x query head): `dQ = scale * dq_accum`,
+/// rounded to `T`.
+#[kernel]
+pub fn attention_bwd_dq_convert<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+    dq_accum: Ptr<f32>,
+    dq: Ptr<T>,
+    seqlen_q: i32,
+    heads_q: i32,
+    dq_batch_stride: i64,
+    dq_seq_stride: i64,
+    dq_head_stride: i64,
+    softmax_scale: f32,
+) {
+    let start_m = program_id(0);
+    let batch_head = program_id(1);
+    let batch = batch_head / heads_q;
+    let head = batch_head % heads_q;
+    let row_base = batch_head.to::<i64>() * seqlen_q;
+    let accum =
+        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
+    let dq_base = head_base::<T>(dq, batch, head, dq_batch_stride, dq_head_stride);
+    let dq_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(dq_base, seqlen_q, dq_seq_stride, start_m * BLOCK_M);
+    store(dq_block, load(accum, [0]) * softmax_scale, [0]);
+}
+
+/// `BLOCK_M` query rows from `first_row` of one head of the fused backward's dQ accumulator, a
+/// packed `[batch, heads_q, seqlen_q, HEAD_DIM]` f32 array whose head starts at row `row_base`
+/// (`(batch * heads_q + head) * seqlen_q`); rows past `seqlen_q` are outside it.
+#[kernel_fn]
+fn dq_accum_block<const HEAD_DIM: usize, const BLOCK_M: usize>(
+    dq_accum: Ptr<f32>,
+    row_base: i64,
+    seqlen_q: i32,
+    first_row: i32,
+) -> BlockPtr<f32> {
+    row_block::<f32, HEAD_DIM, BLOCK_M>(
+        dq_accum + row_base * HEAD_DIM,
+        seqlen_q,
+        HEAD_DIM,
+        first_row,
+    )
 }
 
 /// dQ for one (query block, batch x query head): `dQ = scale * sum_j dS_ij K_j`.
@@ -138,9 +201,6 @@ pub fn attention_bwd_dq<
 
 /// dK and dV for one (key block, batch x kv head), summed over the query heads of its group:
 /// `dV = sum_i P_ij dO_i`, `dK = scale * sum_i dS_ij Q_i`.
-///
-/// Query rows past `seqlen_q` load as zeros with `dO = 0` and `delta = 0`, so they add nothing
-/// (seed 001's implicit masking); keys past `seqlen_k` and the causal mask are masked with `-inf`.
 #[kernel]
 pub fn attention_bwd_dkdv<
     T,
@@ -157,6 +217,170 @@ pub fn attention_bwd_dkdv<
     dv: Ptr<T>,
     lse: Ptr<f32>,
     delta: Ptr<f32>,
+    seqlen_q: i32,
+    seqlen_k: i32,
+    heads_kv: i32,
+    group: i32,
+    q_batch_stride: i64,
+    q_seq_stride: i64,
+    q_head_stride: i64,
+    k_batch_stride: i64,
+    k_seq_stride: i64,
+    k_head_stride: i64,
+    v_batch_stride: i64,
+    v_seq_stride: i64,
+    v_head_stride: i64,
+    do_batch_stride: i64,
+    do_seq_stride: i64,
+    do_head_stride: i64,
+    dk_batch_stride: i64,
+    dk_seq_stride: i64,
+    dk_head_stride: i64,
+    dv_batch_stride: i64,
+    dv_seq_stride: i64,
+    dv_head_stride: i64,
+    softmax_scale: f32,
+) {
+    key_block_gradients::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, false>(
+        q,
+        k,
+        v,
+        d_o,
+        dk,
+        dv,
+        lse,
+        delta,
+        // Never read without ACCUMULATE_DQ: any f32 pointer serves.
+        delta,
+        seqlen_q,
+        seqlen_k,
+        heads_kv,
+        group,
+        q_batch_stride,
+        q_seq_stride,
+        q_head_stride,
+        k_batch_stride,
+        k_seq_stride,
+        k_head_stride,
+        v_batch_stride,
+        v_seq_stride,
+        v_head_stride,
+        do_batch_stride,
+        do_seq_stride,
+        do_head_stride,
+        dk_batch_stride,
+        dk_seq_stride,
+        dk_head_stride,
+        dv_batch_stride,
+        dv_seq_stride,
+        dv_head_stride,
+        softmax_scale,
+    );
+}
+
+/// The fused backward's one pass for one (key block, batch x kv head): dK and dV as
+/// [`attention_bwd_dkdv`], and each query tile's `dS_ij K_j` added into `dq_accum` (zeroed by
+/// the preprocessing kernel) with f32 atomic adds.
+#[kernel]
+pub fn attention_bwd_fused<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+>(
+    q: Ptr<T>,
+    k: Ptr<T>,
+    v: Ptr<T>,
+    d_o: Ptr<T>,
+    dk: Ptr<T>,
+    dv: Ptr<T>,
+    lse: Ptr<f32>,
+    delta: Ptr<f32>,
+    dq_accum: Ptr<f32>,
+    seqlen_q: i32,
+    seqlen_k: i32,
+    heads_kv: i32,
+    group: i32,
+    q_batch_stride: i64,
+    q_seq_stride: i64,
+    q_head_stride: i64,
+    k_batch_stride: i64,
+    k_seq_stride: i64,
+    k_head_stride: i64,
+    v_batch_stride: i64,
+    v_seq_stride: i64,
+    v_head_stride: i64,
+    do_batch_stride: i64,
+    do_seq_stride: i64,
+    do_head_stride: i64,
+    dk_batch_stride: i64,
+    dk_seq_stride: i64,
+    dk_head_stride: i64,
+    dv_batch_stride: i64,
+    dv_seq_stride: i64,
+    dv_head_stride: i64,
+    softmax_scale: f32,
+) {
+    key_block_gradients::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL, true>(
+        q,
+        k,
+        v,
+        d_o,
+        dk,
+        dv,
+        lse,
+        delta,
+        dq_accum,
+        seqlen_q,
+        seqlen_k,
+        heads_kv,
+        group,
+        q_batch_stride,
+        q_seq_stride,
+        q_head_stride,
+        k_batch_stride,
+        k_seq_stride,
+        k_head_stride,
+        v_batch_stride,
+        v_seq_stride,
+        v_head_stride,
+        do_batch_stride,
+        do_seq_stride,
+        do_head_stride,
+        dk_batch_stride,
+        dk_seq_stride,
+        dk_head_stride,
+        dv_batch_stride,
+        dv_seq_stride,
+        dv_head_stride,
+        softmax_scale,
+    );
+}
+
+/// The dK/dV walk over query tiles, shared by [`attention_bwd_dkdv`] and, adding `dS K` into
+/// `dq_accum` (`ACCUMULATE_DQ`), by [`attention_bwd_fused`].
+///
+/// Query rows past `seqlen_q` load as zeros with `dO = 0` and `delta = 0`, so they add nothing
+/// (seed 001's implicit masking); keys past `seqlen_k` and the causal mask are masked with `-inf`.
+#[kernel_fn]
+fn key_block_gradients<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+    const ACCUMULATE_DQ: bool,
+>(
+    q: Ptr<T>,
+    k: Ptr<T>,
+    v: Ptr<T>,
+    d_o: Ptr<T>,
+    dk: Ptr<T>,
+    dv: Ptr<T>,
+    lse: Ptr<f32>,
+    delta: Ptr<f32>,
+    dq_accum: Ptr<f32>,
     seqlen_q: i32,
     seqlen_k: i32,
     heads_kv: i32,
@@ -249,6 +473,11 @@ pub fn attention_bwd_dkdv<
             let dp = dot(do_tile, trans(v_tile));
             let ds = p * (dp - delta_row.expand_dims(1));
             dk_acc = dot(trans(ds.to::<T>()), q_tile, dk_acc);
+            if ACCUMULATE_DQ {
+                let accum =
+                    dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
+                atomic_add(accum, dot(ds.to::<T>(), k_tile), [0]);
+            }
             q_block = advance(q_block, [BLOCK_M, 0]);
             do_block = advance(do_block, [BLOCK_M, 0]);
         }

@@ -253,6 +253,7 @@ fn case(
             head_dim: d,
             causal,
             softmax_scale: AttentionParams::default_scale(d),
+            fused_backward: false,
         },
         input_scale: 1.0,
         layout: LayoutKind::Packed,
@@ -315,6 +316,26 @@ pub fn designed_cases() -> Vec<Case> {
         c.params.softmax_scale = scale;
         cases.push(c);
     }
+    // The fused backward: MHA, GQA and MQA, every head dim, ragged both ways, rows that see no
+    // key (their dQ accumulator must stay zero), a strided layout.
+    for (mut c, layout) in [
+        (case(F16, 1, 63, 65, 4, 4, 128, true), LayoutKind::Packed),
+        (case(BF16, 2, 65, 63, 8, 2, 64, true), LayoutKind::Padded),
+        (case(F16, 1, 127, 129, 8, 1, 32, false), LayoutKind::Packed),
+        (
+            case(BF16, 1, 129, 127, 2, 1, 256, false),
+            LayoutKind::Packed,
+        ),
+        (
+            case(BF16, 1, 200, 37, 2, 1, 64, true),
+            LayoutKind::HeadsMajor,
+        ),
+        (case(F16, 2, 100, 130, 4, 2, 128, false), LayoutKind::Packed),
+    ] {
+        c.params.fused_backward = true;
+        c.layout = layout;
+        cases.push(c);
+    }
     cases
 }
 
@@ -364,7 +385,8 @@ impl Inputs {
 }
 
 /// The outputs of one forward + backward call, in the inputs' layout: O, dQ, dK and dV as
-/// strided tensors, LSE and the `delta` workspace as `[batch, heads_q, seqlen_q]` f32.
+/// strided tensors, LSE and the `delta` workspace as `[batch, heads_q, seqlen_q]` f32, and the
+/// fused backward's dQ accumulator (empty for the split backward).
 #[derive(Debug)]
 pub struct Outputs {
     pub o: StridedTensor,
@@ -373,6 +395,7 @@ pub struct Outputs {
     pub dk: StridedTensor,
     pub dv: StridedTensor,
     pub delta: HostBuffer,
+    pub dq_accum: HostBuffer,
 }
 
 impl Outputs {
@@ -386,6 +409,8 @@ impl Outputs {
             dk: like(&inputs.k),
             dv: like(&inputs.v),
             delta: HostBuffer::poisoned(DType::F32, p.lse_len()),
+            // Poisoned too: the fused backward must zero it before adding into it.
+            dq_accum: HostBuffer::poisoned(DType::F32, p.dq_accum_len()),
         }
     }
 
@@ -407,7 +432,11 @@ impl Outputs {
                 faults.push(format!("{name} written outside its shape"));
             }
         }
-        for (name, b) in [("lse", &self.lse), ("delta", &self.delta)] {
+        for (name, b) in [
+            ("lse", &self.lse),
+            ("delta", &self.delta),
+            ("dq_accum", &self.dq_accum),
+        ] {
             let unwritten = b.poisoned_indices().len();
             if unwritten > 0 {
                 faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
@@ -500,6 +529,7 @@ pub fn run_interpreter(
         dk: outputs.dk.as_tensor(),
         dv: outputs.dv.as_tensor(),
         delta: &outputs.delta,
+        dq_accum: Some(&outputs.dq_accum),
     };
     cpu::backward(
         p,

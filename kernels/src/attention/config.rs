@@ -134,13 +134,16 @@ impl std::str::FromStr for KernelConfig {
     }
 }
 
-/// The four kernels' configurations for one target and head dim.
+/// The attention kernels' configurations for one target and head dim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionConfig {
     pub forward: KernelConfig,
     pub preprocess: KernelConfig,
     pub dq: KernelConfig,
     pub dkdv: KernelConfig,
+    /// The fused backward's pass: dK/dV's walk, adding dQ with atomics.
+    pub fused: KernelConfig,
+    pub dq_convert: KernelConfig,
 }
 
 impl AttentionConfig {
@@ -150,6 +153,8 @@ impl AttentionConfig {
             AttentionKernel::Preprocess => self.preprocess,
             AttentionKernel::Dq => self.dq,
             AttentionKernel::DkDv => self.dkdv,
+            AttentionKernel::Fused => self.fused,
+            AttentionKernel::DqConvert => self.dq_convert,
         }
     }
 
@@ -160,6 +165,8 @@ impl AttentionConfig {
             AttentionKernel::Preprocess => &mut self.preprocess,
             AttentionKernel::Dq => &mut self.dq,
             AttentionKernel::DkDv => &mut self.dkdv,
+            AttentionKernel::Fused => &mut self.fused,
+            AttentionKernel::DqConvert => &mut self.dq_convert,
         } = config;
         self
     }
@@ -221,11 +228,22 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
         (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };
+    let fused = match (target, head_dim) {
+        // `kiln tune --kernels attention_bwd_fused` on an H100, bf16, seqlen 4096
+        // (docs/PERF.md, 2026-11-25).
+        (Target::Sm90a, 32 | 64) => c(128, 128, 8, 2).on_wgmma(),
+        (Target::Sm90a, 128) => c(64, 64, 4, 2).on_wgmma(),
+        // Not tuned: the dK/dV walk's own configuration.
+        _ => dkdv,
+    };
     Some(AttentionConfig {
         forward,
         preprocess,
         dq,
         dkdv,
+        fused,
+        // Row-wise like the preprocessing kernel.
+        dq_convert: preprocess,
     })
 }
 
@@ -269,14 +287,10 @@ mod tests {
         for target in Target::ALL {
             for head_dim in HEAD_DIMS {
                 let c = config(head_dim, false, target).expect("a configuration");
-                assert_eq!(c.preprocess.block_n, None);
-                for kernel in [
-                    AttentionKernel::Forward,
-                    AttentionKernel::Dq,
-                    AttentionKernel::DkDv,
-                ] {
-                    assert!(
+                for kernel in AttentionKernel::ALL {
+                    assert_eq!(
                         c.kernel(kernel).block_n.is_some(),
+                        kernel.reads_keys(),
                         "{kernel:?} at {head_dim}"
                     );
                 }

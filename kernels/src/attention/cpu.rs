@@ -2,10 +2,10 @@
 //! plan is a target's (its block sizes decide the order of floating-point sums), so the
 //! interpreter reproduces what that target's PTX computes, within rounding.
 
-use kiln_dsl::{Grid, HostBuffer, KernelArg, Target};
+use kiln_dsl::{DType, Grid, HostBuffer, KernelArg, Target};
 
 use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
-use super::{AttentionError, AttentionParams, Tensor, check_rows};
+use super::{AttentionError, AttentionParams, Tensor, check_rows, invalid};
 
 /// Runs one planned launch with each role bound by `buffer`.
 fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(), AttentionError> {
@@ -58,17 +58,20 @@ pub fn forward(
     })
 }
 
-/// The gradients of one backward call, and the `delta` workspace (`[batch, heads_q, seqlen_q]` f32).
+/// The gradients of one backward call, the `delta` workspace (`[batch, heads_q, seqlen_q]` f32)
+/// and, for the fused backward only, the f32 dQ accumulator (`[batch, heads_q, seqlen_q,
+/// head_dim]`, [`AttentionParams::dq_accum_len`] elements).
 #[derive(Clone, Copy, Debug)]
 pub struct BackwardOutputs<'a> {
     pub dq: Tensor<'a>,
     pub dk: Tensor<'a>,
     pub dv: Tensor<'a>,
     pub delta: &'a HostBuffer,
+    pub dq_accum: Option<&'a HostBuffer>,
 }
 
 /// Backward as `target` runs it: the preprocessing kernel, then the dQ kernel and the dK/dV
-/// kernel.
+/// kernel, or with `p.fused_backward` the fused pass and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
     target: Target,
@@ -91,6 +94,27 @@ pub fn backward(
     out.dv.check("dv", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     check_rows("lse", lse, p)?;
     check_rows("delta", out.delta, p)?;
+    let dq_accum = match out.dq_accum {
+        Some(buffer) if buffer.dtype() == DType::F32 && buffer.len() >= p.dq_accum_len() => buffer,
+        Some(buffer) => {
+            return Err(invalid(format!(
+                "dq_accum must hold at least {} f32 (batch * heads_q * seqlen_q * head_dim), got \
+                 {} {}",
+                p.dq_accum_len(),
+                buffer.len(),
+                buffer.dtype()
+            )));
+        }
+        // The split backward never reads it (see `plan::backward`).
+        None if !p.fused_backward => out.delta,
+        None => {
+            return Err(invalid(
+                "the fused backward needs dq_accum, an f32 buffer of batch * heads_q * seqlen_q * \
+                 head_dim elements"
+                    .to_string(),
+            ));
+        }
+    };
     let layouts = BackwardLayouts {
         q: q.layout,
         k: k.layout,
@@ -113,6 +137,7 @@ pub fn backward(
             Role::Dk => out.dk.buffer,
             Role::Dv => out.dv.buffer,
             Role::Delta => out.delta,
+            Role::DqAccum => dq_accum,
         })?;
     }
     Ok(())

@@ -116,7 +116,8 @@ pub struct BackwardAddresses {
 }
 
 /// Device memory the backward pass needs beside its outputs: the f32 `delta = rowsum(dO * O)`
-/// of every query row, `[batch, heads_q, seqlen_q]`.
+/// of every query row, `[batch, heads_q, seqlen_q]`, and for the fused backward the f32 dQ
+/// accumulator after it (at [`dq_accum_offset`]), `[batch, heads_q, seqlen_q, head_dim]`.
 ///
 /// ```
 /// use kiln_kernels::attention::{AttentionParams, DType, gpu};
@@ -131,11 +132,25 @@ pub struct BackwardAddresses {
 ///     head_dim: 64,
 ///     causal: false,
 ///     softmax_scale: 0.125,
+///     fused_backward: false,
 /// };
 /// assert_eq!(gpu::workspace_bytes(&p), 2 * 8 * 100 * 4);
+/// let fused = AttentionParams { fused_backward: true, ..p };
+/// assert_eq!(gpu::workspace_bytes(&fused), 6400 + 2 * 8 * 100 * 64 * 4);
 /// ```
 pub fn workspace_bytes(p: &AttentionParams) -> usize {
-    p.lse_len() * DType::F32.size_bytes()
+    let f32_bytes = DType::F32.size_bytes();
+    if p.fused_backward {
+        dq_accum_offset(p) + p.dq_accum_len() * f32_bytes
+    } else {
+        p.lse_len() * f32_bytes
+    }
+}
+
+/// Where the fused backward's dQ accumulator starts in the workspace: after delta, at a
+/// multiple of 256 bytes so that its rows keep the alignment the kernels were compiled for.
+pub fn dq_accum_offset(p: &AttentionParams) -> usize {
+    (p.lse_len() * DType::F32.size_bytes()).next_multiple_of(256)
 }
 
 /// Checks a forward call as far as addresses and strides allow: every refusal is an
@@ -178,6 +193,7 @@ pub fn check_forward(p: &AttentionParams, at: &ForwardAddresses) -> Result<(), A
 ///     head_dim: 64,
 ///     causal: true,
 ///     softmax_scale: 0.125,
+///     fused_backward: false,
 /// };
 /// let layout = Layout::contiguous(256, 4, 64);
 /// let qkv = device.filled(DType::BF16, 256 * 4 * 64, 0)?;
@@ -262,7 +278,12 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
     let need = workspace_bytes(p);
     if at.workspace_bytes < need {
         return Err(invalid(format!(
-            "workspace_bytes must be at least {need} (batch * heads_q * seqlen_q f32), got {}",
+            "workspace_bytes must be at least {need} ({}), got {}",
+            if p.fused_backward {
+                "delta and the fused backward's dQ accumulator"
+            } else {
+                "batch * heads_q * seqlen_q f32"
+            },
             at.workspace_bytes
         )));
     }
@@ -326,6 +347,7 @@ pub(crate) unsafe fn launch_backward_checked(
             Role::Dk => at.dk.address,
             Role::Dv => at.dv.address,
             Role::Delta => at.workspace,
+            Role::DqAccum => at.workspace + dq_accum_offset(p) as u64,
         })
     };
     let config = overrides.config(p.config(target)?);
@@ -703,6 +725,7 @@ fn bound_rows(
 ///     head_dim: 128,
 ///     causal: true,
 ///     softmax_scale: AttentionParams::default_scale(128),
+///     fused_backward: false,
 /// };
 /// let ql = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
 /// let kl = Layout::contiguous(p.seqlen_k, p.heads_kv, p.head_dim);
@@ -780,6 +803,7 @@ pub fn forward_with(
 ///     head_dim: 64,
 ///     causal: false,
 ///     softmax_scale: AttentionParams::default_scale(64),
+///     fused_backward: false,
 /// };
 /// let l = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
 /// let n = p.batch * p.seqlen_q * p.heads_q * p.head_dim;
@@ -821,7 +845,7 @@ pub fn backward_with(
     overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     p.check_fields()?;
-    let workspace = device.filled(DType::F32, p.lse_len(), 0)?;
+    let workspace = device.filled(DType::F32, workspace_bytes(p) / DType::F32.size_bytes(), 0)?;
     let at = BackwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
         k: bound(device, "k", k.buffer, k.layout, p, p.seqlen_k, p.heads_kv)?,

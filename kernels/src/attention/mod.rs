@@ -4,7 +4,8 @@
 //! [`check`]) or the GPU with the PTX kiln ships ([`prebuilt`], [`gpu`]).
 //!
 //! A call is one [`AttentionParams`] plus [`Tensor`]s in the `[batch, seqlen, heads, head_dim]`
-//! layout with element strides; LSE and the backward's `delta` are `[batch, heads_q, seqlen_q]` f32.
+//! layout with element strides; LSE and the backward's `delta` are `[batch, heads_q, seqlen_q]` f32,
+//! the fused backward's dQ accumulator `[batch, heads_q, seqlen_q, head_dim]` f32.
 
 pub mod backward;
 pub mod check;
@@ -40,6 +41,7 @@ pub use plan::AttentionKernel;
 ///     head_dim: 128,
 ///     causal: true,
 ///     softmax_scale: AttentionParams::default_scale(128),
+///     fused_backward: false,
 /// };
 /// p.validate()?;
 /// // The block sizes, warps and stages each kernel runs with on a Hopper GPU, and on which
@@ -63,6 +65,10 @@ pub struct AttentionParams {
     pub causal: bool,
     /// `s = softmax_scale * q . k`.
     pub softmax_scale: f32,
+    /// The backward in one fused pass over the keys, dQ accumulated with f32 atomic adds
+    /// (`KILN_FLAG_FUSED_BACKWARD`): faster, but dQ may differ in its last bits from run to run.
+    /// Without it the split backward runs, bitwise reproducible.
+    pub fused_backward: bool,
 }
 
 /// Why a call was refused or failed.
@@ -210,7 +216,8 @@ impl AttentionParams {
     }
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on
-    /// `wgmma` the forward overlaps its softmax with `P @ V`.
+    /// `wgmma` the forward overlaps its softmax with `P @ V`; for the fused backward the
+    /// preprocessing kernel zeroes the dQ accumulator.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -225,6 +232,7 @@ impl AttentionParams {
         };
         match kernel {
             AttentionKernel::Forward => spec.flag("OVERLAP_SOFTMAX", config.wgmma),
+            AttentionKernel::Preprocess => spec.flag("ZERO_DQ_ACCUM", self.fused_backward),
             _ => spec,
         }
     }
@@ -232,6 +240,16 @@ impl AttentionParams {
     /// Elements of the `[batch, heads_q, seqlen_q]` LSE (and delta) arrays.
     pub fn lse_len(&self) -> usize {
         self.batch * self.heads_q * self.seqlen_q
+    }
+
+    /// Elements of the fused backward's `[batch, heads_q, seqlen_q, head_dim]` f32 dQ
+    /// accumulator; 0 for the split backward, which has none.
+    pub fn dq_accum_len(&self) -> usize {
+        if self.fused_backward {
+            self.lse_len() * self.head_dim
+        } else {
+            0
+        }
     }
 }
 

@@ -8,22 +8,53 @@ use super::{
     AttentionConfig, AttentionError, AttentionParams, KernelConfig, Layout, backward, forward,
 };
 
-/// One of the four attention kernels.
+/// One of the attention kernels: the forward; the backward's preprocessing; the split
+/// backward's dQ and dK/dV; the fused backward's one pass and its dQ conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionKernel {
     Forward,
     Preprocess,
     Dq,
     DkDv,
+    Fused,
+    DqConvert,
 }
 
 impl AttentionKernel {
-    pub const ALL: [AttentionKernel; 4] = [
+    pub const ALL: [AttentionKernel; 6] = [
         AttentionKernel::Forward,
         AttentionKernel::Preprocess,
         AttentionKernel::Dq,
         AttentionKernel::DkDv,
+        AttentionKernel::Fused,
+        AttentionKernel::DqConvert,
     ];
+
+    /// Whether the kernel reads keys, and so has a key block and a mask: all but the
+    /// preprocessing and dQ conversion kernels, which walk query rows only.
+    pub fn reads_keys(self) -> bool {
+        !matches!(
+            self,
+            AttentionKernel::Preprocess | AttentionKernel::DqConvert
+        )
+    }
+
+    /// The backward's kernels in launch order, split or fused.
+    pub fn backward(fused: bool) -> [AttentionKernel; 3] {
+        if fused {
+            [
+                AttentionKernel::Preprocess,
+                AttentionKernel::Fused,
+                AttentionKernel::DqConvert,
+            ]
+        } else {
+            [
+                AttentionKernel::Preprocess,
+                AttentionKernel::Dq,
+                AttentionKernel::DkDv,
+            ]
+        }
+    }
 
     /// The kernel's name, as its `#[kernel]` fn is called.
     pub fn name(self) -> &'static str {
@@ -41,6 +72,8 @@ impl AttentionKernel {
             AttentionKernel::Preprocess => &backward::attention_bwd_preprocess::SIGNATURE,
             AttentionKernel::Dq => &backward::attention_bwd_dq::SIGNATURE,
             AttentionKernel::DkDv => &backward::attention_bwd_dkdv::SIGNATURE,
+            AttentionKernel::Fused => &backward::attention_bwd_fused::SIGNATURE,
+            AttentionKernel::DqConvert => &backward::attention_bwd_dq_convert::SIGNATURE,
         }
     }
 
@@ -51,6 +84,8 @@ impl AttentionKernel {
             AttentionKernel::Preprocess => backward::attention_bwd_preprocess::build(spec),
             AttentionKernel::Dq => backward::attention_bwd_dq::build(spec),
             AttentionKernel::DkDv => backward::attention_bwd_dkdv::build(spec),
+            AttentionKernel::Fused => backward::attention_bwd_fused::build(spec),
+            AttentionKernel::DqConvert => backward::attention_bwd_dq_convert::build(spec),
         }
     }
 }
@@ -69,6 +104,8 @@ pub enum Role {
     Dv,
     /// The backward's `[batch, heads_q, seqlen_q]` f32 workspace, `rowsum(dO * O)`.
     Delta,
+    /// The fused backward's `[batch, heads_q, seqlen_q, head_dim]` f32 dQ accumulator.
+    DqAccum,
 }
 
 /// One launch argument: a buffer by role, or a scalar.
@@ -81,16 +118,22 @@ pub enum Arg {
 }
 
 /// The name of `kernel`'s specialisation for calls like `p` on `target`, such as
-/// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The
-/// preprocessing kernel has no mask, so its name has none.
+/// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The kernels
+/// that read no keys have no mask, so their names have none; the preprocessing kernel of the
+/// fused backward, which also zeroes the dQ accumulator, is `_fused`.
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
-    let mask = if p.causal && kernel != AttentionKernel::Preprocess {
+    let mask = if p.causal && kernel.reads_keys() {
         "_causal"
     } else {
         ""
     };
+    let fused = if p.fused_backward && kernel == AttentionKernel::Preprocess {
+        "_fused"
+    } else {
+        ""
+    };
     format!(
-        "{}_{}_d{}{mask}_{target}",
+        "{}_{}_d{}{mask}{fused}_{target}",
         kernel.name(),
         p.dtype,
         p.head_dim
@@ -119,10 +162,12 @@ impl Launch {
         config: KernelConfig,
         args: Vec<Arg>,
     ) -> Launch {
-        // One program per block of query rows for each query head; dK/dV's per block of keys
-        // for each kv head.
+        // One program per block of query rows for each query head; dK/dV's (split or fused)
+        // per block of keys for each kv head.
         let (rows, block, heads) = match (kernel, config.block_n) {
-            (AttentionKernel::DkDv, Some(block_n)) => (p.seqlen_k, block_n, p.heads_kv),
+            (AttentionKernel::DkDv | AttentionKernel::Fused, Some(block_n)) => {
+                (p.seqlen_k, block_n, p.heads_kv)
+            }
             _ => (p.seqlen_q, config.block_m, p.heads_q),
         };
         Launch {
@@ -202,8 +247,9 @@ pub fn forward_with(
     Launch::new(p, AttentionKernel::Forward, target, config, args)
 }
 
-/// The backward pass on `target`, in order: preprocessing (delta), dQ, dK/dV, configured as
-/// kiln's table says.
+/// The backward pass on `target`, in order, configured as kiln's table says: preprocessing
+/// (delta), then dQ and dK/dV, or with `p.fused_backward` the fused pass and the dQ conversion
+/// (the preprocessing then zeroes the dQ accumulator).
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,
@@ -219,67 +265,101 @@ pub fn backward_with(
     target: Target,
     config: AttentionConfig,
 ) -> [Launch; 3] {
-    let mut preprocess_args = vec![
-        Arg::Buffer(Role::O),
-        Arg::Buffer(Role::DO),
-        Arg::Buffer(Role::Delta),
-        Arg::I32(p.seqlen_q as i32),
-        Arg::I32(p.heads_q as i32),
-    ];
-    preprocess_args.extend(strides(layouts.o));
-    preprocess_args.extend(strides(layouts.d_o));
-    let preprocess = Launch::new(
-        p,
-        AttentionKernel::Preprocess,
-        target,
-        config.preprocess,
-        preprocess_args,
-    );
+    AttentionKernel::backward(p.fused_backward).map(|kernel| {
+        let args = backward_args(kernel, p, layouts);
+        Launch::new(p, kernel, target, config.kernel(kernel), args)
+    })
+}
 
-    let mut dq_args = vec![
-        Arg::Buffer(Role::Q),
-        Arg::Buffer(Role::K),
-        Arg::Buffer(Role::V),
-        Arg::Buffer(Role::DO),
-        Arg::Buffer(Role::Dq),
-        Arg::Buffer(Role::Lse),
-        Arg::Buffer(Role::Delta),
-        Arg::I32(p.seqlen_q as i32),
-        Arg::I32(p.seqlen_k as i32),
-        Arg::I32(p.heads_q as i32),
-        Arg::I32(p.group() as i32),
-    ];
-    for layout in [layouts.q, layouts.k, layouts.v, layouts.d_o, layouts.dq] {
-        dq_args.extend(strides(layout));
-    }
-    dq_args.push(Arg::F32(p.softmax_scale));
-    let dq = Launch::new(p, AttentionKernel::Dq, target, config.dq, dq_args);
-
-    let mut dkdv_args = vec![
-        Arg::Buffer(Role::Q),
-        Arg::Buffer(Role::K),
-        Arg::Buffer(Role::V),
-        Arg::Buffer(Role::DO),
-        Arg::Buffer(Role::Dk),
-        Arg::Buffer(Role::Dv),
-        Arg::Buffer(Role::Lse),
-        Arg::Buffer(Role::Delta),
-        Arg::I32(p.seqlen_q as i32),
-        Arg::I32(p.seqlen_k as i32),
-        Arg::I32(p.heads_kv as i32),
-        Arg::I32(p.group() as i32),
-    ];
-    for layout in [
-        layouts.q,
-        layouts.k,
-        layouts.v,
-        layouts.d_o,
-        layouts.dk,
-        layouts.dv,
-    ] {
-        dkdv_args.extend(strides(layout));
-    }
-    dkdv_args.push(Arg::F32(p.softmax_scale));
-    let dkdv = Launch::new(p, AttentionKernel::DkDv, target, config.dkdv, dkdv_args);
-    [preprocess, dq, dkdv]
+/// The arguments of one of the backward's kernels, in its signature's order.
+fn backward_args(
+    kernel: AttentionKernel,
+    p: &AttentionParams,
+    layouts: &BackwardLayouts,
+) -> Vec<Arg> {
+    let buffers = |roles: &[Role]| {
+        roles
+            .iter()
+            .map(|&role| Arg::Buffer(role))
+            .collect::<Vec<_>>()
+    };
+    let mut args = match kernel {
+        AttentionKernel::Preprocess => {
+            // The split backward has no accumulator: its preprocessing never reads the pointer.
+            let dq_accum = if p.fused_backward {
+                Role::DqAccum
+            } else {
+                Role::Delta
+            };
+            let mut args = buffers(&[Role::O, Role::DO, Role::Delta, dq_accum]);
+            args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
+            args.extend(strides(layouts.o));
+            args.extend(strides(layouts.d_o));
+            return args;
+        }
+        AttentionKernel::DqConvert => {
+            let mut args = buffers(&[Role::DqAccum, Role::Dq]);
+            args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
+            args.extend(strides(layouts.dq));
+            args.push(Arg::F32(p.softmax_scale));
+            return args;
+        }
+        AttentionKernel::Dq => {
+            let mut args = buffers(&[
+                Role::Q,
+                Role::K,
+                Role::V,
+                Role::DO,
+                Role::Dq,
+                Role::Lse,
+                Role::Delta,
+            ]);
+            args.extend([
+                Arg::I32(p.seqlen_q as i32),
+                Arg::I32(p.seqlen_k as i32),
+                Arg::I32(p.heads_q as i32),
+                Arg::I32(p.group() as i32),
+            ]);
+            for layout in [layouts.q, layouts.k, layouts.v, layouts.d_o, layouts.dq] {
+                args.extend(strides(layout));
+            }
+            args
+        }
+        AttentionKernel::DkDv | AttentionKernel::Fused => {
+            let mut roles = vec![
+                Role::Q,
+                Role::K,
+                Role::V,
+                Role::DO,
+                Role::Dk,
+                Role::Dv,
+                Role::Lse,
+                Role::Delta,
+            ];
+            if kernel == AttentionKernel::Fused {
+                roles.push(Role::DqAccum);
+            }
+            let mut args = buffers(&roles);
+            args.extend([
+                Arg::I32(p.seqlen_q as i32),
+                Arg::I32(p.seqlen_k as i32),
+                Arg::I32(p.heads_kv as i32),
+                Arg::I32(p.group() as i32),
+            ]);
+            for layout in [
+                layouts.q,
+                layouts.k,
+                layouts.v,
+                layouts.d_o,
+                layouts.dk,
+                layouts.dv,
+            ] {
+                args.extend(strides(layout));
+            }
+            args
+        }
+        AttentionKernel::Forward => unreachable!("the forward is not part of the backward"),
+    };
+    args.push(Arg::F32(p.softmax_scale));
+    args
 }

@@ -26,39 +26,46 @@ pub struct Specialisation {
     pub spec: Spec,
 }
 
-/// Every specialisation kiln ships: the forward, dQ and dK/dV kernels for each dtype, head dim,
-/// mask and target, and the preprocessing kernel (which has no mask) for each dtype, head dim and
-/// target.
+/// Every specialisation kiln ships: for each dtype, head dim and target, the forward and both
+/// backwards' kernels, masked and not where they read keys (the preprocessing and dQ conversion
+/// kernels do not), the preprocessing kernel once for each backward.
 pub fn shipped() -> Vec<Specialisation> {
     let mut all = Vec::new();
     for target in Target::ALL {
         for dtype in DTYPES {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
-                    let p = AttentionParams {
-                        dtype,
-                        batch: 1,
-                        seqlen_q: 1,
-                        seqlen_k: 1,
-                        heads_q: 1,
-                        heads_kv: 1,
-                        head_dim,
-                        causal,
-                        softmax_scale: 1.0,
-                    };
-                    let config = p.config(target).expect("a shipped head dim");
-                    for kernel in AttentionKernel::ALL {
-                        if kernel == AttentionKernel::Preprocess && causal {
-                            continue;
+                    for fused_backward in [false, true] {
+                        let p = AttentionParams {
+                            dtype,
+                            batch: 1,
+                            seqlen_q: 1,
+                            seqlen_k: 1,
+                            heads_q: 1,
+                            heads_kv: 1,
+                            head_dim,
+                            causal,
+                            softmax_scale: 1.0,
+                            fused_backward,
+                        };
+                        let config = p.config(target).expect("a shipped head dim");
+                        let mut kernels = AttentionKernel::backward(fused_backward).to_vec();
+                        if !fused_backward {
+                            kernels.insert(0, AttentionKernel::Forward);
                         }
-                        let config = config.kernel(kernel);
-                        all.push(Specialisation {
-                            name: plan::specialisation_name(kernel, &p, target),
-                            kernel,
-                            target,
-                            config,
-                            spec: p.spec(kernel, config),
-                        });
+                        for kernel in kernels {
+                            if causal && !kernel.reads_keys() {
+                                continue;
+                            }
+                            let config = config.kernel(kernel);
+                            all.push(Specialisation {
+                                name: plan::specialisation_name(kernel, &p, target),
+                                kernel,
+                                target,
+                                config,
+                                spec: p.spec(kernel, config),
+                            });
+                        }
                     }
                 }
             }

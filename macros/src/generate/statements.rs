@@ -2,12 +2,12 @@
 //! passes the variables it carries through the builder's regions and rebinds them after. An `if`
 //! used as a value is here too: it is a statement `if` whose branches also give a value.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::quote;
 
 use super::Generator;
 use super::expressions::Operand;
-use crate::parse::model::{Block, ForLoop, IfElse, IfValue, Stmt, ValueBlock};
+use crate::parse::model::{Block, Expr, ForLoop, IfElse, IfValue, Stmt, ValueBlock};
 
 impl Generator {
     pub(super) fn block(&self, block: &Block) -> TokenStream {
@@ -38,29 +38,25 @@ impl Generator {
                 value,
                 mask,
                 span,
-            } => {
-                let operands = vec![
-                    Operand::Value(ptr),
-                    Operand::Value(value),
-                    Operand::Optional(mask.as_ref()),
-                ];
-                let call = self.builder_call("store", operands, *span);
-                quote!(#call;)
-            }
+            } => self.write_call("store", ptr, value, mask.as_ref(), *span),
+            Stmt::AtomicAdd {
+                ptr,
+                value,
+                mask,
+                span,
+            } => self.write_call("atomic_add", ptr, value, mask.as_ref(), *span),
             Stmt::StoreBlock {
                 ptr,
                 value,
                 boundary_check,
                 span,
-            } => {
-                let operands = vec![
-                    Operand::Value(ptr),
-                    Operand::Value(value),
-                    Operand::List(boundary_check),
-                ];
-                let call = self.builder_call("store_block", operands, *span);
-                quote!(#call;)
-            }
+            } => self.block_write_call("store_block", ptr, value, boundary_check, *span),
+            Stmt::AtomicAddBlock {
+                ptr,
+                value,
+                boundary_check,
+                span,
+            } => self.block_write_call("atomic_add_block", ptr, value, boundary_check, *span),
             Stmt::StaticAssert {
                 cond,
                 message,
@@ -102,6 +98,42 @@ impl Generator {
 
     /// The body sees the carried variables as the loop region's parameters and yields their
     /// final values; after the loop they are the loop's results.
+    /// `store` or `atomic_add` through pointers, with an optional mask.
+    fn write_call(
+        &self,
+        builder_fn: &str,
+        ptr: &Expr,
+        value: &Expr,
+        mask: Option<&Expr>,
+        span: Span,
+    ) -> TokenStream {
+        let operands = vec![
+            Operand::Value(ptr),
+            Operand::Value(value),
+            Operand::Optional(mask),
+        ];
+        let call = self.builder_call(builder_fn, operands, span);
+        quote!(#call;)
+    }
+
+    /// `store` or `atomic_add` through a block pointer, with its checked axes.
+    fn block_write_call(
+        &self,
+        builder_fn: &str,
+        ptr: &Expr,
+        value: &Expr,
+        boundary_check: &[Expr],
+        span: Span,
+    ) -> TokenStream {
+        let operands = vec![
+            Operand::Value(ptr),
+            Operand::Value(value),
+            Operand::List(boundary_check),
+        ];
+        let call = self.builder_call(builder_fn, operands, span);
+        quote!(#call;)
+    }
+
     fn for_loop(&self, for_loop: &ForLoop) -> TokenStream {
         let dsl = &self.dsl;
         let loc = self.loc(for_loop.span);

@@ -28,6 +28,11 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "`store(ptr, value)`, `store(ptr, value, mask)` or `store(block_ptr, value, [axes])`",
     ),
     (
+        "atomic_add",
+        "`atomic_add(ptr, value)`, `atomic_add(ptr, value, mask)` or \
+         `atomic_add(block_ptr, value, [axes])`",
+    ),
+    (
         "make_block_ptr",
         "`make_block_ptr(base, [shape], [strides], [offsets], [block_shape], [order])`",
     ),
@@ -81,6 +86,11 @@ const METHODS: &[(&str, &str)] = &[
 /// Whether `name` is one of the DSL's free functions (which a `#[kernel_fn]` cannot be named).
 pub(super) fn is_builtin(name: &str) -> bool {
     FUNCTIONS.iter().any(|(function, _)| *function == name)
+}
+
+/// Whether `name` is one of the DSL's functions that give no value and are called as statements.
+pub(super) fn is_effect(name: &str) -> bool {
+    matches!(name, "store" | "atomic_add" | "static_assert")
 }
 
 /// What a call calls.
@@ -285,7 +295,7 @@ impl BodyParser {
                 arity(&[2])?;
                 ExprKind::Cast(self.parse_boxed(args[0])?, self.parse_dtype_expr(args[1])?)
             }
-            "store" | "static_assert" => {
+            name if is_effect(name) => {
                 return Err(syn::Error::new_spanned(
                     call,
                     format!("`{name}` gives no value; call it as a statement"),
@@ -305,7 +315,8 @@ impl BodyParser {
         })
     }
 
-    /// A call of the DSL's `store` or `static_assert` as a statement; `None` for any other.
+    /// A call of the DSL's `store`, `atomic_add` or `static_assert` as a statement; `None` for
+    /// any other.
     pub(super) fn parse_effect(
         &mut self,
         call: &syn::ExprCall,
@@ -335,6 +346,25 @@ impl BodyParser {
                         span,
                     },
                     mask => Stmt::Store {
+                        ptr,
+                        value,
+                        mask: mask.map(|mask| self.parse_expr(mask)).transpose()?,
+                        span,
+                    },
+                }
+            }
+            "atomic_add" => {
+                arity(&[2, 3])?;
+                let ptr = self.parse_expr(args[0])?;
+                let value = self.parse_expr(args[1])?;
+                match args.get(2) {
+                    Some(syn::Expr::Array(axes)) => Stmt::AtomicAddBlock {
+                        ptr,
+                        value,
+                        boundary_check: self.parse_elements(axes)?,
+                        span,
+                    },
+                    mask => Stmt::AtomicAdd {
                         ptr,
                         value,
                         mask: mask.map(|mask| self.parse_expr(mask)).transpose()?,

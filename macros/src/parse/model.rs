@@ -163,6 +163,20 @@ pub(crate) enum Stmt {
         mask: Option<Expr>,
         span: Span,
     },
+    /// `atomic_add(ptr, value)`, `atomic_add(ptr, value, mask)`.
+    AtomicAdd {
+        ptr: Expr,
+        value: Expr,
+        mask: Option<Expr>,
+        span: Span,
+    },
+    /// `atomic_add(block_ptr, value, [axes])`.
+    AtomicAddBlock {
+        ptr: Expr,
+        value: Expr,
+        boundary_check: Vec<Expr>,
+        span: Span,
+    },
     /// `store(block_ptr, value, [axes])`.
     StoreBlock {
         ptr: Expr,

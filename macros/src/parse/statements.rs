@@ -6,7 +6,7 @@ use quote::ToTokens;
 use syn::spanned::Spanned;
 use syn::{BinOp, Ident, Pat, RangeLimits};
 
-use super::functions::{Callee, is_builtin};
+use super::functions::{Callee, is_builtin, is_effect};
 use super::model::{
     BinaryOp, Block, Expr, ExprKind, FnResults, FnType, ForLoop, IfElse, IfValue, Stmt, ValueBlock,
 };
@@ -579,7 +579,8 @@ fn is_statement(expr: &syn::Expr) -> bool {
         syn::Expr::Call(call) => match &*call.func {
             syn::Expr::Path(path) => match path.path.get_ident() {
                 Some(name) => {
-                    name == "store" || name == "static_assert" || !is_builtin(&name.to_string())
+                    let name = name.to_string();
+                    is_effect(&name) || !is_builtin(&name)
                 }
                 None => true,
             },
@@ -598,7 +599,7 @@ fn gives_no_value(expr: &syn::Expr) -> bool {
         syn::Expr::Binary(binary) => compound_assignment_op(&binary.op).is_some(),
         syn::Expr::Call(call) => matches!(
             &*call.func,
-            syn::Expr::Path(path) if path.path.is_ident("store") || path.path.is_ident("static_assert")
+            syn::Expr::Path(path) if path.path.get_ident().is_some_and(|name| is_effect(&name.to_string()))
         ),
         _ => false,
     }

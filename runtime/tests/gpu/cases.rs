@@ -78,6 +78,36 @@ pub fn tile_dot<T, const M: usize, const N: usize, const K: usize>(
     store(d + out, dot(a_tile, trans(bt_tile)));
 }
 
+/// Split-K `c += a @ b`: program `s` adds the product of its `K`-deep slice of `a [M, k]` and
+/// `b [k, N]` into `c` (through a block pointer: vector atomics where `c` is known aligned), and
+/// its slice's row sums of `a` into `sums` (through pointers), but for the last row: many
+/// programs' atomic adds into the same elements, from an mma tile and from a reduction's result
+/// that several threads hold (each element must be added once).
+#[kernel]
+pub fn split_k_dot<T, const M: usize, const N: usize, const K: usize>(
+    a: Ptr<T>,
+    b: Ptr<T>,
+    c: Ptr<f32>,
+    sums: Ptr<f32>,
+    k: i32,
+) {
+    let rows = arange(0, M);
+    let cols = arange(0, N);
+    let depth = program_id(0) * K + arange(0, K);
+    let in_k = depth < k;
+    let a_tile = load(
+        a + rows.expand_dims(1) * k + depth.expand_dims(0),
+        in_k.expand_dims(0),
+    );
+    let b_tile = load(
+        b + depth.expand_dims(1) * N + cols.expand_dims(0),
+        in_k.expand_dims(1),
+    );
+    let c_block = make_block_ptr(c, [M, N], [N, 1], [0, 0], [M, N], [1, 0]);
+    atomic_add(c_block, dot(a_tile, b_tile), [0]);
+    atomic_add(sums + rows, sum(a_tile.to::<f32>(), 1), rows < M - 1);
+}
+
 /// How close a run's outputs must be to the interpreter's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Tolerance {
@@ -155,6 +185,7 @@ pub fn attention_params(
         head_dim,
         causal,
         softmax_scale: AttentionParams::default_scale(head_dim),
+        fused_backward: false,
     }
 }
 
@@ -247,6 +278,19 @@ pub fn cases() -> Vec<Case> {
                 reduced(F32),
             );
         }
+        for (dtype, m, n, k) in [(F16, 64, 32, 32), (BF16, 16, 64, 16)] {
+            let spec = Spec::new()
+                .dtype("T", dtype)
+                .int("M", m)
+                .int("N", n)
+                .int("K", k);
+            let kernel = split_k_dot::build(&spec).expect("split_k_dot builds");
+            case(
+                format!("split_k_dot_{dtype}_m{m}_n{n}_k{k}"),
+                kernel,
+                reduced(F32),
+            );
+        }
         for (dtype, bias) in [(F16, F32), (BF16, BF16)] {
             let blocks = gemm::GemmBlocks::default();
             let spec = Spec::new()
@@ -318,6 +362,23 @@ pub fn cases() -> Vec<Case> {
             tolerance: reduced(dtype),
         });
     }
+    // Split-K atomic adds from the wgmma accumulator layout.
+    let spec = Spec::new()
+        .dtype("T", BF16)
+        .int("M", 64)
+        .int("N", 64)
+        .int("K", 32);
+    cases.push(Case {
+        name: "split_k_dot_bf16_wgmma_m64_n64_k32_w4_sm_90a".to_string(),
+        kernel: split_k_dot::build(&spec).expect("split_k_dot builds"),
+        num_warps: 4,
+        num_stages: 1,
+        // `c` 16-byte aligned: its adds are `red.global.add.v2.f32`.
+        divisibility: vec![("c", 16)],
+        target: Target::Sm90a,
+        wgmma: true,
+        tolerance: reduced(F32),
+    });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
     for s in prebuilt::shipped() {
         let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
@@ -634,6 +695,35 @@ fn unlabelled_runs(case: &Case) -> Vec<Run> {
                 grid: [1, 1, 1],
             }]
         }
+        "split_k_dot" => {
+            let (m, n, k) = (
+                int_spec(case, "M"),
+                int_spec(case, "N"),
+                int_spec(case, "K"),
+            );
+            // One slice, and many with a ragged last one; c and sums start non-zero, so that an
+            // add that stores instead, or adds twice, shows.
+            [k, 7 * k + 5]
+                .into_iter()
+                .map(|depth| Run {
+                    label: format!("{m}x{n}x{depth}"),
+                    buffers: vec![
+                        inputs(dtype, m * depth, 12),
+                        inputs(dtype, depth * n, 13),
+                        inputs(DType::F32, m * n, 14),
+                        inputs(DType::F32, m, 15),
+                    ],
+                    args: vec![
+                        Arg::Buffer(0),
+                        Arg::Buffer(1),
+                        Arg::Buffer(2),
+                        Arg::Buffer(3),
+                        Arg::I32(depth as i32),
+                    ],
+                    grid: [programs(depth, k), 1, 1],
+                })
+                .collect()
+        }
         "gemm_bias_gelu" => {
             let (block_m, block_n) = (int_spec(case, "BLOCK_M"), int_spec(case, "BLOCK_N"));
             let bias = case
@@ -703,10 +793,16 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
+    // The fused backward's kernels, and its preprocessing (which zeroes the dQ accumulator).
+    let fused_backward = matches!(name, "attention_bwd_fused" | "attention_bwd_dq_convert")
+        || flag_spec(case, "ZERO_DQ_ACCUM");
     [(70usize, 45usize), (45, 70)]
         .into_iter()
         .map(|(seqlen_q, seqlen_k)| {
-            let p = attention_params(dtype, head_dim, causal, seqlen_q, seqlen_k);
+            let p = AttentionParams {
+                fused_backward,
+                ..attention_params(dtype, head_dim, causal, seqlen_q, seqlen_k)
+            };
             let ql = LayoutKind::Padded.layout(seqlen_q, p.heads_q, head_dim);
             let kl = LayoutKind::Padded.layout(seqlen_k, p.heads_kv, head_dim);
             let q_len = ql
@@ -782,6 +878,14 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 }
                 (o, lse, delta)
             };
+            // The fused pass adds into a zeroed accumulator, which the preprocessing zeroes
+            // (so it starts poisoned there) and the conversion reads (so it holds values).
+            let dq_accum_len = p.dq_accum_len();
+            let dq_accum = match name {
+                "attention_bwd_fused" => HostBuffer::zeros(DType::F32, dq_accum_len),
+                "attention_bwd_dq_convert" => inputs(DType::F32, dq_accum_len, 25),
+                _ => HostBuffer::poisoned(DType::F32, dq_accum_len),
+            };
             let mut slots = [
                 (plan::Role::Q, Some(q)),
                 (plan::Role::K, Some(k)),
@@ -793,16 +897,22 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 (plan::Role::Dq, Some(HostBuffer::poisoned(dtype, q_len))),
                 (plan::Role::Dk, Some(HostBuffer::poisoned(dtype, k_len))),
                 (plan::Role::Dv, Some(HostBuffer::poisoned(dtype, k_len))),
+                (plan::Role::DqAccum, Some(dq_accum)),
             ];
-            // The run's buffers are the roles the launch names, in the order it names them.
+            // The run's buffers are the roles the launch names, in the order it first names them.
             let mut buffers = Vec::new();
+            let mut named = Vec::new();
             let args = launch
                 .args
                 .iter()
                 .map(|arg| match *arg {
                     plan::Arg::Buffer(role) => {
+                        if let Some(i) = named.iter().position(|&r| r == role) {
+                            return Arg::Buffer(i);
+                        }
                         let slot = slots.iter_mut().find(|(r, _)| *r == role).expect("a role");
-                        buffers.push(slot.1.take().expect("each role is named once"));
+                        buffers.push(slot.1.take().expect("a role's buffer"));
+                        named.push(role);
                         Arg::Buffer(buffers.len() - 1)
                     }
                     plan::Arg::I32(v) => Arg::I32(v),

@@ -1,7 +1,7 @@
 //! Pointer arithmetic, loads and stores, one register at a time, and block pointers as
 //! per-thread address arithmetic. A mask or a boundary check is the access's predicate: a lane
-//! whose predicate is false never touches memory. A store is made only by the owner of each
-//! element (the first of the threads holding a copy; thread 0 for a scalar store).
+//! whose predicate is false never touches memory. A store or atomic add is made only by the owner
+//! of each element (the first of the threads holding a copy; thread 0 for a scalar).
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 use kiln_dsl::types::DType;
@@ -116,19 +116,30 @@ impl Lowering<'_> {
         }
     }
 
+    /// A store, or with `accumulate` an `atomic_add`; either way only each element's owner
+    /// writes it, so an element several threads hold is added once.
     pub(super) fn store(
         &mut self,
         inst: &TileInst,
         ptr: Value,
         value: Value,
         mask: Option<Value>,
+        accumulate: bool,
     ) -> Result<()> {
         let owners = self.owners(inst, ptr)?;
         let (ptrs, values) = (self.regs(ptr)?, self.regs(value)?);
         let masks = mask.map(|m| self.regs(m)).transpose()?;
         for (i, (&address, &stored)) in ptrs.iter().zip(&values).enumerate() {
             let pred = self.and_pred(masks.as_ref().map(|m| m[i]), owners[i]);
-            self.store_register(address, stored, pred);
+            if accumulate {
+                self.emit_effect(Op::AtomicAdd {
+                    ptr: address,
+                    values: vec![stored],
+                    pred,
+                });
+            } else {
+                self.store_register(address, stored, pred);
+            }
         }
         Ok(())
     }
@@ -342,14 +353,21 @@ impl Lowering<'_> {
         Ok(regs)
     }
 
+    /// A block store, or with `accumulate` a block atomic add (vectors of at most the target's
+    /// [`Lowering::max_atomic_vector`]).
     pub(super) fn store_block(
         &mut self,
         inst: &TileInst,
         ptr: Value,
         value: Value,
         boundary_check: &[usize],
+        accumulate: bool,
     ) -> Result<()> {
-        let (map, vector) = self.block_access(inst, ptr, value, boundary_check)?;
+        let (map, mut vector) = self.block_access(inst, ptr, value, boundary_check)?;
+        if accumulate {
+            // A run splits into shorter runs evenly: its lengths are powers of two.
+            vector = vector.min(self.max_atomic_vector);
+        }
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let elem = memory_type(self.dtype(ptr));
         // Every thread owns what it holds under an exclusive map: no positions to compute.
@@ -367,7 +385,13 @@ impl Lowering<'_> {
         {
             // The elements of a run have one owner: its first element's.
             let pred = self.and_pred(inside, owner[0]);
-            if vector == 1 {
+            if accumulate {
+                self.emit_effect(Op::AtomicAdd {
+                    ptr: address,
+                    values: stored.to_vec(),
+                    pred,
+                });
+            } else if vector == 1 {
                 self.store_register(address, stored[0], pred);
             } else {
                 self.emit_effect(Op::StoreVector {

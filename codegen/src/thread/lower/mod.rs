@@ -20,9 +20,9 @@ mod wgmma;
 
 use std::collections::HashMap;
 
-use kiln_dsl::Loc;
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
 use kiln_dsl::types::{DType, Elem, Type as TileType};
+use kiln_dsl::{Loc, Target};
 
 use super::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Param, Program, Reg, Special, Type};
 use crate::layout::{
@@ -65,6 +65,10 @@ pub fn lower(
         tid: Reg(0),
         shared_bytes: staged_bytes,
         max_shared_bytes,
+        max_atomic_vector: match options.target {
+            Target::Sm90a => 4,
+            Target::Sm80 => 1,
+        },
         scratch: staged_bytes,
         next_staged: 0,
         shared_tiles: HashMap::new(),
@@ -135,6 +139,8 @@ pub(super) struct Lowering<'a> {
     shared_bytes: u32,
     /// What the target lets a block have.
     max_shared_bytes: u32,
+    /// The most f32 one atomic add moves: 4 (`red.global.add.v4.f32`) on sm_90, 1 before.
+    max_atomic_vector: usize,
     /// Where conversions and cross-warp reductions keep their scratch: above the staged tiles.
     scratch: u32,
     /// The byte offset of the next staged tile.
@@ -486,7 +492,11 @@ impl Lowering<'_> {
             TileOp::AddPtr { ptr, offset } => one(self.add_ptr(*ptr, *offset)?),
             TileOp::Load { ptr, mask, other } => one(self.load(inst, *ptr, *mask, *other)?),
             TileOp::Store { ptr, value, mask } => {
-                self.store(inst, *ptr, *value, *mask)?;
+                self.store(inst, *ptr, *value, *mask, false)?;
+                Ok(Vec::new())
+            }
+            TileOp::AtomicAdd { ptr, value, mask } => {
+                self.store(inst, *ptr, *value, *mask, true)?;
                 Ok(Vec::new())
             }
             TileOp::MakeBlockPtr {
@@ -512,7 +522,15 @@ impl Lowering<'_> {
                 value,
                 boundary_check,
             } => {
-                self.store_block(inst, *ptr, *value, boundary_check)?;
+                self.store_block(inst, *ptr, *value, boundary_check, false)?;
+                Ok(Vec::new())
+            }
+            TileOp::AtomicAddBlock {
+                ptr,
+                value,
+                boundary_check,
+            } => {
+                self.store_block(inst, *ptr, *value, boundary_check, true)?;
                 Ok(Vec::new())
             }
             TileOp::For {

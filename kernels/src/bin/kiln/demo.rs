@@ -27,6 +27,7 @@ pub fn demo() -> Result<(), String> {
         head_dim: 64,
         causal: true,
         softmax_scale: AttentionParams::default_scale(64),
+        fused_backward: false,
     };
     let seed = Rng::fresh_seed();
     say!(

@@ -12,7 +12,7 @@ use kiln_runtime::Device;
 use crate::bench::{numbers, parse_dtype};
 
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
-                [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
+                [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv,attention_bwd_fused]
                 [--samples N] [--configs 128x64:4:2[:wgmma],...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -51,10 +51,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 kernels = value()?
                     .split(',')
                     .map(|name| match AttentionKernel::from_name(name.trim()) {
-                        Some(k) if k != AttentionKernel::Preprocess => Ok(k),
+                        // The row-wise kernels have no key block to tune.
+                        Some(k) if k.reads_keys() => Ok(k),
                         _ => Err(format!(
-                            "--kernels expects attention_fwd, attention_bwd_dq or \
-                             attention_bwd_dkdv, got `{name}`"
+                            "--kernels expects attention_fwd, attention_bwd_dq, \
+                             attention_bwd_dkdv or attention_bwd_fused, got `{name}`"
                         )),
                     })
                     .collect::<Result<_, _>>()?
