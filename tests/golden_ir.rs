@@ -66,11 +66,13 @@ fn backward_preprocess_fused_f16_d64() {
     );
 }
 
+/// The fused backward's: it also adds each tile's dQ into the accumulator.
 #[test]
-fn backward_fused_causal_f16_d64() {
+fn backward_dkdv_fused_causal_f16_d64() {
+    let spec = spec(Some((64, 64)), true).flag("ACCUMULATE_DQ", true);
     golden(
-        "attention_bwd_fused",
-        backward::attention_bwd_fused::build(&spec(Some((64, 64)), true)).unwrap(),
+        "attention_bwd_dkdv_fused",
+        backward::attention_bwd_dkdv::build(&spec).unwrap(),
     );
 }
 
@@ -92,8 +94,9 @@ fn backward_dq_f16_d64() {
 
 #[test]
 fn backward_dkdv_causal_f16_d64() {
+    let spec = spec(Some((64, 64)), true).flag("ACCUMULATE_DQ", false);
     golden(
         "attention_bwd_dkdv",
-        backward::attention_bwd_dkdv::build(&spec(Some((64, 64)), true)).unwrap(),
+        backward::attention_bwd_dkdv::build(&spec).unwrap(),
     );
 }

@@ -39,7 +39,7 @@ fn default_attention() -> AttentionParams {
 
 /// `kernel`'s spec for the default call, at sm_90a's block sizes.
 fn attention_spec(kernel: AttentionKernel) -> Spec {
-    let config = config(64, true, Target::Sm90a).expect("head dim 64 has kernels");
+    let config = config(64, true, false, Target::Sm90a).expect("head dim 64 has kernels");
     default_attention().spec(kernel, config.kernel(kernel))
 }
 
@@ -73,11 +73,6 @@ pub fn kernels() -> Vec<KernelEntry> {
             signature: &backward::attention_bwd_dkdv::SIGNATURE,
             build: backward::attention_bwd_dkdv::build,
             default_spec: || attention_spec(AttentionKernel::DkDv),
-        },
-        KernelEntry {
-            signature: &backward::attention_bwd_fused::SIGNATURE,
-            build: backward::attention_bwd_fused::build,
-            default_spec: || attention_spec(AttentionKernel::Fused),
         },
         KernelEntry {
             signature: &backward::attention_bwd_dq_convert::SIGNATURE,

@@ -1,6 +1,6 @@
 //! Autotuning the attention kernels on a GPU: for one dtype, head dim and mask, each candidate
-//! configuration of a kernel (forward, dQ, dK/dV, the fused backward's pass; [`candidates`]) is
-//! compiled by the caller
+//! configuration of a kernel (forward, dQ, dK/dV, that of the split or of the fused backward;
+//! [`candidates`]) is compiled by the caller
 //! (kiln-codegen, which this crate does not link), checked against the f64 reference on a ragged
 //! GQA problem, and timed at the benchmark setup with the rest of the call as shipped. The
 //! fastest correct candidate per kernel is what `attention::config`'s table should say for that
@@ -35,7 +35,7 @@ pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> 
                     // On Hopper's warpgroup tensor cores: every warp along the rows of each
                     // product, 16 or more each (dK/dV's products are along keys and queries).
                     let rows = match kernel {
-                        AttentionKernel::DkDv | AttentionKernel::Fused => block_m.min(block_n),
+                        AttentionKernel::DkDv => block_m.min(block_n),
                         _ => block_m,
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
@@ -78,6 +78,9 @@ pub struct Setup {
     /// The benchmark setup's sequence length to time at.
     pub seqlen: usize,
     pub kernels: Vec<AttentionKernel>,
+    /// Whether the backward's kernels are tuned as the fused backward runs them (dK/dV adding
+    /// dQ with atomics) or as the split one does.
+    pub fused_backward: bool,
     pub samples: usize,
     /// The configurations to try beside the table's, instead of [`candidates`].
     pub configs: Option<Vec<KernelConfig>>,
@@ -97,7 +100,10 @@ pub fn tune(
     progress: &mut dyn FnMut(&Trial),
 ) -> Result<Vec<Trial>, AttentionError> {
     let target = gpu::target(device)?;
-    let timed = bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen);
+    let timed = AttentionParams {
+        fused_backward: setup.fused_backward,
+        ..bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen)
+    };
     let table = timed.config(target)?;
     // Ragged along every block size, unequal lengths, two query heads per kv head.
     let checked = AttentionParams {
@@ -113,11 +119,6 @@ pub fn tune(
     let mut time = Problem::random(device, timed, rng)?;
     let mut trials = Vec::new();
     for &kernel in &setup.kernels {
-        // The fused pass is timed in the fused backward, every other kernel in the split one.
-        let fused_backward = kernel == AttentionKernel::Fused;
-        check.params.fused_backward = fused_backward;
-        time.params.fused_backward = fused_backward;
-        let timed = time.params;
         let shipped = table.kernel(kernel);
         let mut configs = setup
             .configs
@@ -259,7 +260,7 @@ mod tests {
     fn the_search_covers_the_sm_90a_table() {
         for head_dim in [64, 128] {
             for causal in [false, true] {
-                let table = config(head_dim, causal, Target::Sm90a).unwrap();
+                let table = config(head_dim, causal, false, Target::Sm90a).unwrap();
                 for kernel in [
                     AttentionKernel::Forward,
                     AttentionKernel::Dq,

@@ -110,7 +110,9 @@ fn attention_block_sizes_come_from_the_table_for_the_arch() {
             arch,
         ]));
         assert!(
-            out.starts_with(&format!("kernel @attention_bwd_dkdv<BLOCK_M = {block_m},")),
+            out.starts_with(&format!(
+                "kernel @attention_bwd_dkdv<ACCUMULATE_DQ = false, BLOCK_M = {block_m},"
+            )),
             "{out}"
         );
     }

@@ -140,9 +140,8 @@ pub struct AttentionConfig {
     pub forward: KernelConfig,
     pub preprocess: KernelConfig,
     pub dq: KernelConfig,
+    /// For the fused backward, its dK/dV, which also adds dQ with atomics.
     pub dkdv: KernelConfig,
-    /// The fused backward's pass: dK/dV's walk, adding dQ with atomics.
-    pub fused: KernelConfig,
     pub dq_convert: KernelConfig,
 }
 
@@ -153,7 +152,6 @@ impl AttentionConfig {
             AttentionKernel::Preprocess => self.preprocess,
             AttentionKernel::Dq => self.dq,
             AttentionKernel::DkDv => self.dkdv,
-            AttentionKernel::Fused => self.fused,
             AttentionKernel::DqConvert => self.dq_convert,
         }
     }
@@ -165,16 +163,20 @@ impl AttentionConfig {
             AttentionKernel::Preprocess => &mut self.preprocess,
             AttentionKernel::Dq => &mut self.dq,
             AttentionKernel::DkDv => &mut self.dkdv,
-            AttentionKernel::Fused => &mut self.fused,
             AttentionKernel::DqConvert => &mut self.dq_convert,
         } = config;
         self
     }
 }
 
-/// The configuration for `head_dim`, causal or not, on `target`, or `None` if kiln has no
-/// attention kernel for that head dim.
-pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<AttentionConfig> {
+/// The configuration for `head_dim`, causal or not, for the split or the fused backward, on
+/// `target`, or `None` if kiln has no attention kernel for that head dim.
+pub fn config(
+    head_dim: usize,
+    causal: bool,
+    fused_backward: bool,
+    target: Target,
+) -> Option<AttentionConfig> {
     let preprocess = KernelConfig {
         block_m: 64,
         block_n: None,
@@ -228,12 +230,12 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
         (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };
-    let fused = match (target, head_dim) {
-        // `kiln tune --kernels attention_bwd_fused` on an H100, bf16, seqlen 4096
-        // (docs/PERF.md, 2026-11-25).
-        (Target::Sm90a, 32 | 64) => c(128, 128, 8, 2).on_wgmma(),
-        (Target::Sm90a, 128) => c(64, 64, 4, 2).on_wgmma(),
-        // Not tuned: the dK/dV walk's own configuration.
+    let dkdv = match (fused_backward, target, head_dim) {
+        // `kiln tune --backward fused --kernels attention_bwd_dkdv` on an H100, bf16, seqlen
+        // 4096 (docs/PERF.md, 2026-11-25).
+        (true, Target::Sm90a, 32 | 64) => c(128, 128, 8, 2).on_wgmma(),
+        (true, Target::Sm90a, 128) => c(64, 64, 4, 2).on_wgmma(),
+        // Not tuned for the fused backward: the split one's.
         _ => dkdv,
     };
     Some(AttentionConfig {
@@ -241,7 +243,6 @@ pub fn config(head_dim: usize, causal: bool, target: Target) -> Option<Attention
         preprocess,
         dq,
         dkdv,
-        fused,
         // Row-wise like the preprocessing kernel.
         dq_convert: preprocess,
     })
@@ -252,9 +253,10 @@ pub fn all_block_sizes() -> Vec<usize> {
     let mut sizes: Vec<usize> = Target::ALL
         .into_iter()
         .flat_map(|target| {
-            HEAD_DIMS
-                .iter()
-                .flat_map(move |&d| [false, true].map(|causal| config(d, causal, target)))
+            HEAD_DIMS.iter().flat_map(move |&d| {
+                [(false, false), (true, false), (false, true), (true, true)]
+                    .map(|(causal, fused)| config(d, causal, fused, target))
+            })
         })
         .flatten()
         .flat_map(|c| AttentionKernel::ALL.map(|k| c.kernel(k)))
@@ -286,7 +288,7 @@ mod tests {
     fn every_head_dim_has_a_configuration_on_every_target() {
         for target in Target::ALL {
             for head_dim in HEAD_DIMS {
-                let c = config(head_dim, false, target).expect("a configuration");
+                let c = config(head_dim, false, false, target).expect("a configuration");
                 for kernel in AttentionKernel::ALL {
                     assert_eq!(
                         c.kernel(kernel).block_n.is_some(),
@@ -296,6 +298,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(config(96, false, Target::Sm80), None);
+        assert_eq!(config(96, false, false, Target::Sm80), None);
     }
 }

@@ -211,13 +211,15 @@ impl AttentionParams {
     /// The kernels' configuration on `target` for this call, after [`Self::validate`].
     pub fn config(&self, target: Target) -> Result<AttentionConfig, AttentionError> {
         self.validate()?;
-        Ok(config(self.head_dim, self.causal, target)
-            .expect("the table covers every head dim in HEAD_DIMS"))
+        Ok(
+            config(self.head_dim, self.causal, self.fused_backward, target)
+                .expect("the table covers every head dim in HEAD_DIMS"),
+        )
     }
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on
     /// `wgmma` the forward overlaps its softmax with `P @ V`; for the fused backward the
-    /// preprocessing kernel zeroes the dQ accumulator.
+    /// preprocessing kernel zeroes the dQ accumulator and dK/dV adds into it.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -233,6 +235,7 @@ impl AttentionParams {
         match kernel {
             AttentionKernel::Forward => spec.flag("OVERLAP_SOFTMAX", config.wgmma),
             AttentionKernel::Preprocess => spec.flag("ZERO_DQ_ACCUM", self.fused_backward),
+            AttentionKernel::DkDv => spec.flag("ACCUMULATE_DQ", self.fused_backward),
             _ => spec,
         }
     }

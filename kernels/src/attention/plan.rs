@@ -8,25 +8,23 @@ use super::{
     AttentionConfig, AttentionError, AttentionParams, KernelConfig, Layout, backward, forward,
 };
 
-/// One of the attention kernels: the forward; the backward's preprocessing; the split
-/// backward's dQ and dK/dV; the fused backward's one pass and its dQ conversion.
+/// One of the attention kernels: the forward; the backward's preprocessing and dK/dV; the
+/// split backward's dQ; the fused backward's dQ conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionKernel {
     Forward,
     Preprocess,
     Dq,
     DkDv,
-    Fused,
     DqConvert,
 }
 
 impl AttentionKernel {
-    pub const ALL: [AttentionKernel; 6] = [
+    pub const ALL: [AttentionKernel; 5] = [
         AttentionKernel::Forward,
         AttentionKernel::Preprocess,
         AttentionKernel::Dq,
         AttentionKernel::DkDv,
-        AttentionKernel::Fused,
         AttentionKernel::DqConvert,
     ];
 
@@ -39,12 +37,18 @@ impl AttentionKernel {
         )
     }
 
+    /// Whether the kernel is specialised differently for the fused backward: the preprocessing
+    /// (it zeroes the dQ accumulator) and dK/dV (it adds into it).
+    pub fn differs_when_fused(self) -> bool {
+        matches!(self, AttentionKernel::Preprocess | AttentionKernel::DkDv)
+    }
+
     /// The backward's kernels in launch order, split or fused.
     pub fn backward(fused: bool) -> [AttentionKernel; 3] {
         if fused {
             [
                 AttentionKernel::Preprocess,
-                AttentionKernel::Fused,
+                AttentionKernel::DkDv,
                 AttentionKernel::DqConvert,
             ]
         } else {
@@ -72,7 +76,6 @@ impl AttentionKernel {
             AttentionKernel::Preprocess => &backward::attention_bwd_preprocess::SIGNATURE,
             AttentionKernel::Dq => &backward::attention_bwd_dq::SIGNATURE,
             AttentionKernel::DkDv => &backward::attention_bwd_dkdv::SIGNATURE,
-            AttentionKernel::Fused => &backward::attention_bwd_fused::SIGNATURE,
             AttentionKernel::DqConvert => &backward::attention_bwd_dq_convert::SIGNATURE,
         }
     }
@@ -84,7 +87,6 @@ impl AttentionKernel {
             AttentionKernel::Preprocess => backward::attention_bwd_preprocess::build(spec),
             AttentionKernel::Dq => backward::attention_bwd_dq::build(spec),
             AttentionKernel::DkDv => backward::attention_bwd_dkdv::build(spec),
-            AttentionKernel::Fused => backward::attention_bwd_fused::build(spec),
             AttentionKernel::DqConvert => backward::attention_bwd_dq_convert::build(spec),
         }
     }
@@ -119,15 +121,15 @@ pub enum Arg {
 
 /// The name of `kernel`'s specialisation for calls like `p` on `target`, such as
 /// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The kernels
-/// that read no keys have no mask, so their names have none; the preprocessing kernel of the
-/// fused backward, which also zeroes the dQ accumulator, is `_fused`.
+/// that read no keys have no mask, so their names have none; those of the fused backward that
+/// differ from the split one's are `_fused`.
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
     let mask = if p.causal && kernel.reads_keys() {
         "_causal"
     } else {
         ""
     };
-    let fused = if p.fused_backward && kernel == AttentionKernel::Preprocess {
+    let fused = if p.fused_backward && kernel.differs_when_fused() {
         "_fused"
     } else {
         ""
@@ -162,12 +164,10 @@ impl Launch {
         config: KernelConfig,
         args: Vec<Arg>,
     ) -> Launch {
-        // One program per block of query rows for each query head; dK/dV's (split or fused)
-        // per block of keys for each kv head.
+        // One program per block of query rows for each query head; dK/dV's per block of keys
+        // for each kv head.
         let (rows, block, heads) = match (kernel, config.block_n) {
-            (AttentionKernel::DkDv | AttentionKernel::Fused, Some(block_n)) => {
-                (p.seqlen_k, block_n, p.heads_kv)
-            }
+            (AttentionKernel::DkDv, Some(block_n)) => (p.seqlen_k, block_n, p.heads_kv),
             _ => (p.seqlen_q, config.block_m, p.heads_q),
         };
         Launch {
@@ -248,8 +248,8 @@ pub fn forward_with(
 }
 
 /// The backward pass on `target`, in order, configured as kiln's table says: preprocessing
-/// (delta), then dQ and dK/dV, or with `p.fused_backward` the fused pass and the dQ conversion
-/// (the preprocessing then zeroes the dQ accumulator).
+/// (delta), then dQ and dK/dV, or with `p.fused_backward` dK/dV adding dQ into an accumulator
+/// (which the preprocessing zeroes) and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,
@@ -283,14 +283,14 @@ fn backward_args(
             .map(|&role| Arg::Buffer(role))
             .collect::<Vec<_>>()
     };
+    // The split backward has no accumulator: its kernels never read the pointer.
+    let dq_accum = if p.fused_backward {
+        Role::DqAccum
+    } else {
+        Role::Delta
+    };
     let mut args = match kernel {
         AttentionKernel::Preprocess => {
-            // The split backward has no accumulator: its preprocessing never reads the pointer.
-            let dq_accum = if p.fused_backward {
-                Role::DqAccum
-            } else {
-                Role::Delta
-            };
             let mut args = buffers(&[Role::O, Role::DO, Role::Delta, dq_accum]);
             args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
             args.extend(strides(layouts.o));
@@ -325,8 +325,8 @@ fn backward_args(
             }
             args
         }
-        AttentionKernel::DkDv | AttentionKernel::Fused => {
-            let mut roles = vec![
+        AttentionKernel::DkDv => {
+            let mut args = buffers(&[
                 Role::Q,
                 Role::K,
                 Role::V,
@@ -335,11 +335,8 @@ fn backward_args(
                 Role::Dv,
                 Role::Lse,
                 Role::Delta,
-            ];
-            if kernel == AttentionKernel::Fused {
-                roles.push(Role::DqAccum);
-            }
-            let mut args = buffers(&roles);
+                dq_accum,
+            ]);
             args.extend([
                 Arg::I32(p.seqlen_q as i32),
                 Arg::I32(p.seqlen_k as i32),

@@ -38,25 +38,34 @@ impl Generator {
                 value,
                 mask,
                 span,
-            } => self.write_call("store", ptr, value, mask.as_ref(), *span),
+            } => self.write_call("store", ptr, value, Operand::Optional(mask.as_ref()), *span),
             Stmt::AtomicAdd {
                 ptr,
                 value,
                 mask,
                 span,
-            } => self.write_call("atomic_add", ptr, value, mask.as_ref(), *span),
+            } => {
+                let mask = Operand::Optional(mask.as_ref());
+                self.write_call("atomic_add", ptr, value, mask, *span)
+            }
             Stmt::StoreBlock {
                 ptr,
                 value,
                 boundary_check,
                 span,
-            } => self.block_write_call("store_block", ptr, value, boundary_check, *span),
+            } => {
+                let axes = Operand::List(boundary_check);
+                self.write_call("store_block", ptr, value, axes, *span)
+            }
             Stmt::AtomicAddBlock {
                 ptr,
                 value,
                 boundary_check,
                 span,
-            } => self.block_write_call("atomic_add_block", ptr, value, boundary_check, *span),
+            } => {
+                let axes = Operand::List(boundary_check);
+                self.write_call("atomic_add_block", ptr, value, axes, *span)
+            }
             Stmt::StaticAssert {
                 cond,
                 message,
@@ -96,44 +105,23 @@ impl Generator {
         }
     }
 
-    /// The body sees the carried variables as the loop region's parameters and yields their
-    /// final values; after the loop they are the loop's results.
-    /// `store` or `atomic_add` through pointers, with an optional mask.
+    /// `store` or `atomic_add`: through pointers with an optional mask, or through a block
+    /// pointer with its checked axes (`last`).
     fn write_call(
         &self,
         builder_fn: &str,
         ptr: &Expr,
         value: &Expr,
-        mask: Option<&Expr>,
+        last: Operand<'_>,
         span: Span,
     ) -> TokenStream {
-        let operands = vec![
-            Operand::Value(ptr),
-            Operand::Value(value),
-            Operand::Optional(mask),
-        ];
+        let operands = vec![Operand::Value(ptr), Operand::Value(value), last];
         let call = self.builder_call(builder_fn, operands, span);
         quote!(#call;)
     }
 
-    /// `store` or `atomic_add` through a block pointer, with its checked axes.
-    fn block_write_call(
-        &self,
-        builder_fn: &str,
-        ptr: &Expr,
-        value: &Expr,
-        boundary_check: &[Expr],
-        span: Span,
-    ) -> TokenStream {
-        let operands = vec![
-            Operand::Value(ptr),
-            Operand::Value(value),
-            Operand::List(boundary_check),
-        ];
-        let call = self.builder_call(builder_fn, operands, span);
-        quote!(#call;)
-    }
-
+    /// The body sees the carried variables as the loop region's parameters and yields their
+    /// final values; after the loop they are the loop's results.
     fn for_loop(&self, for_loop: &ForLoop) -> TokenStream {
         let dsl = &self.dsl;
         let loc = self.loc(for_loop.span);

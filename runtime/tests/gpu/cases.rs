@@ -794,8 +794,9 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
     // The fused backward's kernels, and its preprocessing (which zeroes the dQ accumulator).
-    let fused_backward = matches!(name, "attention_bwd_fused" | "attention_bwd_dq_convert")
-        || flag_spec(case, "ZERO_DQ_ACCUM");
+    let fused_backward = name == "attention_bwd_dq_convert"
+        || flag_spec(case, "ZERO_DQ_ACCUM")
+        || flag_spec(case, "ACCUMULATE_DQ");
     [(70usize, 45usize), (45, 70)]
         .into_iter()
         .map(|(seqlen_q, seqlen_k)| {
@@ -878,11 +879,12 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 }
                 (o, lse, delta)
             };
-            // The fused pass adds into a zeroed accumulator, which the preprocessing zeroes
-            // (so it starts poisoned there) and the conversion reads (so it holds values).
+            // The fused backward's dK/dV adds into a zeroed accumulator, which the
+            // preprocessing zeroes (so it starts poisoned there) and the conversion reads (so it
+            // holds values).
             let dq_accum_len = p.dq_accum_len();
             let dq_accum = match name {
-                "attention_bwd_fused" => HostBuffer::zeros(DType::F32, dq_accum_len),
+                "attention_bwd_dkdv" => HostBuffer::zeros(DType::F32, dq_accum_len),
                 "attention_bwd_dq_convert" => inputs(DType::F32, dq_accum_len, 25),
                 _ => HostBuffer::poisoned(DType::F32, dq_accum_len),
             };

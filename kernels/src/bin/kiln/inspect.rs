@@ -262,9 +262,11 @@ fn table_entry(
         Some(SpecValue::Int(d)) => usize::try_from(d).unwrap_or(0),
         _ => 0,
     };
-    // The preprocessing kernel has no mask: its configuration is the same either way.
-    let causal = matches!(spec.get("CAUSAL"), Some(SpecValue::Bool(true)));
-    let Some(config) = attention::config(head_dim, causal, target) else {
+    // The preprocessing kernel has no mask: its configuration is the same either way. dK/dV
+    // adding dQ runs in the fused backward, whose table may differ.
+    let flag = |name| matches!(spec.get(name), Some(SpecValue::Bool(true)));
+    let (causal, fused) = (flag("CAUSAL"), flag("ACCUMULATE_DQ"));
+    let Some(config) = attention::config(head_dim, causal, fused, target) else {
         eprintln!(
             "note: kiln's table has no attention configuration at head dims other than {HEAD_DIMS:?}"
         );

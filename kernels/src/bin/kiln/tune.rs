@@ -12,8 +12,8 @@ use kiln_runtime::Device;
 use crate::bench::{numbers, parse_dtype};
 
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
-                [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv,attention_bwd_fused]
-                [--samples N] [--configs 128x64:4:2[:wgmma],...]";
+                [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
+                [--backward split|fused] [--samples N] [--configs 128x64:4:2[:wgmma],...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
@@ -25,6 +25,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         AttentionKernel::Dq,
         AttentionKernel::DkDv,
     ];
+    let mut fused_backward = false;
     let mut samples = 10;
     let mut configs = None;
     let mut args = args.iter();
@@ -54,11 +55,20 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         // The row-wise kernels have no key block to tune.
                         Some(k) if k.reads_keys() => Ok(k),
                         _ => Err(format!(
-                            "--kernels expects attention_fwd, attention_bwd_dq, \
-                             attention_bwd_dkdv or attention_bwd_fused, got `{name}`"
+                            "--kernels expects attention_fwd, attention_bwd_dq or \
+                             attention_bwd_dkdv, got `{name}`"
                         )),
                     })
                     .collect::<Result<_, _>>()?
+            }
+            "--backward" => {
+                fused_backward = match value()?.as_str() {
+                    "split" => false,
+                    "fused" => true,
+                    other => {
+                        return Err(format!("--backward expects split or fused, got `{other}`"));
+                    }
+                }
             }
             "--samples" => samples = numbers(flag, value()?)?[0],
             "--configs" => {
@@ -90,6 +100,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 causal,
                 seqlen,
                 kernels: kernels.clone(),
+                fused_backward,
                 samples,
                 configs: configs.clone(),
             };
