@@ -27,6 +27,7 @@ __all__ = ["KilnAttnConfig", "KilnTensor", "KilnAttnFwdArgs", "KilnAttnBwdArgs",
            "load", "version", "attention"]
 
 KILN_F16, KILN_BF16 = 0, 1
+KILN_FLAG_FUSED_BACKWARD = 1
 STATUS_NAMES = {0: "KILN_OK", 1: "KILN_INVALID_ARGUMENT", 2: "KILN_UNSUPPORTED", 3: "KILN_CUDA_ERROR",
                 4: "KILN_INTERNAL"}
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "target" / "release" / "libkiln_kernels.so"
@@ -174,12 +175,12 @@ def _stream(t: torch.Tensor) -> ctypes.c_void_p:
     return ctypes.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)
 
 
-def _config(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float) -> KilnAttnConfig:
+def _config(q: torch.Tensor, k: torch.Tensor, causal: bool, scale: float, flags: int) -> KilnAttnConfig:
     batch, seqlen_q, heads_q, head_dim = q.shape
     return KilnAttnConfig(dtype=KILN_BF16 if q.dtype == torch.bfloat16 else KILN_F16, batch=batch,
                           seqlen_q=seqlen_q, seqlen_k=k.shape[1], heads_q=heads_q, heads_kv=k.shape[2],
                           head_dim=head_dim, causal=int(causal), window_left=-1, window_right=-1,
-                          softmax_scale=scale)
+                          softmax_scale=scale, flags=flags)
 
 
 def _forward(lib: ctypes.CDLL, cfg: KilnAttnConfig, q: torch.Tensor, k: torch.Tensor,
@@ -197,10 +198,10 @@ class _KilnAttention(Function):
     """Forward through kiln_attn_fwd, saving o and lse; backward through kiln_attn_bwd."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, scale: float):
+    def forward(ctx, q, k, v, causal: bool, scale: float, flags: int):
         with torch.cuda.device(q.device):
             q, k, v = (_kiln_layout(t) for t in (q, k, v))
-            ctx.lib, ctx.cfg = _library(), _config(q, k, causal, scale)
+            ctx.lib, ctx.cfg = _library(), _config(q, k, causal, scale, flags)
             o, lse = _forward(ctx.lib, ctx.cfg, q, k, v)
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -221,22 +222,25 @@ class _KilnAttention(Function):
             args = KilnAttnBwdArgs(cfg, _tensor(q), _tensor(k), _tensor(v), _tensor(o), _tensor(d_o), lse_p,
                                    _tensor(dq), _tensor(dk), _tensor(dv), workspace.data_ptr(), nbytes)
             _check(lib, lib.kiln_attn_bwd(ctypes.byref(args), _stream(q)))
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-              softmax_scale: float | None = None) -> torch.Tensor:
+              softmax_scale: float | None = None, deterministic: bool = True) -> torch.Tensor:
     """Differentiable attention through kiln's kernels; returns o shaped like q.
 
     q is [batch, seqlen_q, heads_q, head_dim], k and v [batch, seqlen_k, heads_kv, head_dim] (heads_q a multiple
     of heads_kv: GQA/MQA), all float16 or all bfloat16 on one CUDA device. `causal` aligns the mask bottom-right:
     row i sees key j iff j <= i + seqlen_k - seqlen_q; a row that sees no key gives 0. `softmax_scale` defaults
-    to 1/sqrt(head_dim). Inputs the C interface cannot take as they are (strides not multiples of 8, head_dim
+    to 1/sqrt(head_dim). `deterministic=False` runs the fused backward (KILN_FLAG_FUSED_BACKWARD: dQ summed by
+    atomic adds, so its last bits may vary from run to run); the default split backward gives the same bits on
+    every run. Inputs the C interface cannot take as they are (strides not multiples of 8, head_dim
     not contiguous, pointers not 16-byte aligned) are copied. Raises ValueError for bad arguments and KilnError
     for a non-zero kiln status.
     """
     scale = _validate(q, k, v, softmax_scale)
-    return _KilnAttention.apply(q, k, v, bool(causal), scale)
+    flags = 0 if deterministic else KILN_FLAG_FUSED_BACKWARD
+    return _KilnAttention.apply(q, k, v, bool(causal), scale, flags)
 
 
 def _reference(q, k, v, mask, scale, sdpa=False):
@@ -285,15 +289,18 @@ def _self_check() -> int:
             mask = (cols <= rows + seqlen_k - seqlen_q) | (not causal)
             scale = head_dim ** -0.5
             ref = _run(lambda *a: _reference(*a, mask, scale)[0], [t.float() for t in (q, k, v)], d_o.float())
-            kiln = _run(lambda *a: attention(*a, causal=causal, softmax_scale=scale), (q, k, v), d_o)
             sdpa = _run(lambda *a: _reference(*a, mask, scale, sdpa=True), (q, k, v), d_o)
-            print(f"head_dim {head_dim}, causal {causal}: worst-row relative error vs fp32")
-            for name, x, r, s in zip(("o", "dq", "dk", "dv"), kiln, ref, sdpa):
-                kiln_error, sdpa_error = _worst_row_error(x, r), _worst_row_error(s, r)
-                ok = kiln_error <= 2 * sdpa_error + 1e-3  # False for NaN
-                failed |= not ok
-                print(f"  {name:3} kiln {kiln_error:.3e}  sdpa {sdpa_error:.3e}  {'ok' if ok else 'FAIL'}")
-            lse = _forward(_library(), _config(q, k, causal, scale), q, k, v)[1]  # q, k, v: kiln's layout
+            for deterministic in (True, False):
+                kiln = _run(lambda *a: attention(*a, causal=causal, softmax_scale=scale, deterministic=deterministic),
+                            (q, k, v), d_o)
+                backward = "split" if deterministic else "fused"
+                print(f"head_dim {head_dim}, causal {causal}, {backward} backward: worst-row relative error vs fp32")
+                for name, x, r, s in zip(("o", "dq", "dk", "dv"), kiln, ref, sdpa):
+                    kiln_error, sdpa_error = _worst_row_error(x, r), _worst_row_error(s, r)
+                    ok = kiln_error <= 2 * sdpa_error + 1e-3  # False for NaN
+                    failed |= not ok
+                    print(f"  {name:3} kiln {kiln_error:.3e}  sdpa {sdpa_error:.3e}  {'ok' if ok else 'FAIL'}")
+            lse = _forward(_library(), _config(q, k, causal, scale, 0), q, k, v)[1]  # q, k, v: kiln's layout
             ref_lse = _reference(q.float(), k.float(), v.float(), mask, scale)[1]
             lse_error = torch.where(torch.isneginf(ref_lse), torch.where(torch.isneginf(lse), 0.0, math.inf),
                                     (lse - ref_lse).abs()).max().item()

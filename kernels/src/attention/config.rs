@@ -36,6 +36,12 @@
 //! spill). Halving the key block instead was measured and rejected (docs/PERF.md, 2026-11-22: it
 //! costs a quarter of the backward because every program then streams all of Q/dO for half the
 //! work).
+//!
+//! The fused backward runs the same preprocessing (which then zeroes the dQ accumulator) and a
+//! dQ conversion (64 rows, 4 warps), and its own dK/dV entry, since that one also holds a dQ
+//! tile and adds it with atomics: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64, and
+//! 64 x 64, 4, 2, wgmma at 128 (`kiln tune --backward fused`, H100, 2026-11-25); elsewhere the
+//! split dK/dV's entry, untuned.
 
 use kiln_dsl::Target;
 
