@@ -19,8 +19,10 @@ use crate::attention::{AttentionError, AttentionParams, HEAD_DIMS, Layout};
 pub const KILN_F16: i32 = 0;
 pub const KILN_BF16: i32 = 1;
 
-/// The backward runs one fused pass with dQ accumulated by f32 atomic adds: faster, not bitwise
-/// reproducible. Without it the split dQ and dK/dV kernels run, bitwise the same on every run.
+/// The backward runs one fused pass with dQ accumulated by f32 atomic adds, not bitwise
+/// reproducible (on an H100 today as fast as the split backward at head dim 64 and slower at
+/// 128: docs/PERF.md). Without it the split dQ and dK/dV kernels run, bitwise the same on every
+/// run.
 pub const KILN_FLAG_FUSED_BACKWARD: u32 = 1;
 
 pub const KILN_OK: i32 = 0;
