@@ -209,6 +209,26 @@ fn atomic_adds_from_parallel_programs_all_land() {
 }
 
 #[test]
+fn atomic_adds_flush_subnormals_like_the_gpu() {
+    // `red.add.f32` flushes subnormal inputs and results to zero: adding half the smallest
+    // normal changes nothing, and 1.5 - 1 of the smallest normal gives zero, not a subnormal.
+    let kernel = binned_sums::build(&Spec::new().dtype("T", F32).int("BLOCK", 8)).unwrap();
+    let normal = 1.5 * f32::MIN_POSITIVE;
+    let bins = HostBuffer::from_f32(F32, &[normal; 8]);
+    let counts = HostBuffer::zeros(F32, 8);
+    for (added, want) in [(f32::MIN_POSITIVE / 2.0, normal), (-f32::MIN_POSITIVE, 0.0)] {
+        let x = HostBuffer::from_f32(F32, &[added; 8]);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&bins),
+            KernelArg::Buffer(&counts),
+        ];
+        run(&kernel, one_program(), &args).unwrap();
+        assert_eq!(bins.to_f32()[0], want, "after adding {added:e}");
+    }
+}
+
+#[test]
 fn atomic_add_adds_into_f32_only() {
     let err = binned_sums::build(&Spec::new().dtype("T", BF16).int("BLOCK", 8))
         .unwrap_err()

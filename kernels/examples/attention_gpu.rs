@@ -206,7 +206,8 @@ fn on_gpu(
         dq: down(&dq, &poisoned.dq)?,
         dk: down(&dk, &poisoned.dk)?,
         dv: down(&dv, &poisoned.dv)?,
-        // The Rust API keeps delta in its own workspace; the interpreter tests check it.
+        // The Rust API keeps delta and the dQ accumulator in its own workspace; the interpreter
+        // tests check them.
         delta: kiln_dsl::HostBuffer::from_f32(kiln_dsl::DType::F32, &vec![0.0; p.lse_len()]),
         dq_accum: kiln_dsl::HostBuffer::zeros(kiln_dsl::DType::F32, 0),
     };

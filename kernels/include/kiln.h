@@ -12,9 +12,9 @@
 #define KILN_BF16 1
 
 // The backward runs one fused pass with dQ accumulated by f32 atomic adds, not bitwise
-// reproducible (on an H100 today as fast as the split backward at head dim 64 and slower at
-// 128: docs/PERF.md). Without it the split dQ and dK/dV kernels run, bitwise the same on every
-// run.
+// reproducible (on an H100 today as fast as the split backward at head dim 64 without the mask,
+// slower otherwise: docs/PERF.md). Without it the split dQ and dK/dV kernels run, bitwise the
+// same on every run.
 #define KILN_FLAG_FUSED_BACKWARD 1
 
 #define KILN_OK 0

@@ -259,17 +259,13 @@ mod tests {
     #[test]
     fn the_search_covers_the_sm_90a_table() {
         for head_dim in [64, 128] {
-            for causal in [false, true] {
-                let table = config(head_dim, causal, false, Target::Sm90a).unwrap();
-                for kernel in [
-                    AttentionKernel::Forward,
-                    AttentionKernel::Dq,
-                    AttentionKernel::DkDv,
-                ] {
+            for (causal, fused) in [(false, false), (true, false), (false, true), (true, true)] {
+                let table = config(head_dim, causal, fused, Target::Sm90a).unwrap();
+                for kernel in AttentionKernel::ALL.into_iter().filter(|k| k.reads_keys()) {
                     let shipped = table.kernel(kernel);
                     assert!(
                         candidates(kernel, Target::Sm90a).contains(&shipped),
-                        "{kernel:?} d{head_dim}: {shipped}"
+                        "{kernel:?} d{head_dim} (fused backward: {fused}): {shipped}"
                     );
                 }
             }

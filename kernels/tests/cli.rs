@@ -403,6 +403,18 @@ fn tune_refuses_bad_flags_naming_the_value() {
     ]);
     assert!(err.contains("`attention_bwd_preprocess`"), "{err}");
     assert!(err.contains("attention_bwd_dkdv"), "{err}");
+    let err = fails(&["tune", "--kernels", "attention_bwd_dq_convert"]);
+    assert!(err.contains("`attention_bwd_dq_convert`"), "{err}");
+    let err = fails(&["tune", "--backward", "atomic"]);
+    assert!(err.contains("split or fused, got `atomic`"), "{err}");
+    let err = fails(&[
+        "tune",
+        "--backward",
+        "fused",
+        "--kernels",
+        "attention_bwd_dq",
+    ]);
+    assert!(err.contains("runs no attention_bwd_dq"), "{err}");
     let err = fails(&["tune", "--causal", "maybe"]);
     assert!(err.contains("both, yes or no, got `maybe`"), "{err}");
     let err = fails(&["tune", "--seqlen", "-5"]);

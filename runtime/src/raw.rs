@@ -40,17 +40,24 @@ impl Device {
     /// `len` elements of `dtype` whose every byte is `byte` (`0xff` is a NaN in f16, bf16 and
     /// f32: the poison an output starts with, so that an element a kernel fails to write shows).
     pub fn filled(&self, dtype: DType, len: usize, byte: u8) -> Result<DeviceBuffer> {
+        let mut buffer = self.scratch(dtype, len)?;
+        buffer.fill(self, byte)?;
+        Ok(buffer)
+    }
+
+    /// `len` elements of `dtype` holding whatever the allocator left there: a workspace whose
+    /// kernels write every element before they read it, which a fill would only slow down.
+    pub fn scratch(&self, dtype: DType, len: usize) -> Result<DeviceBuffer> {
         let bytes = len * dtype.size_bytes();
-        // Safety: every byte is written by the memset below before anything reads it.
+        // Safety: any byte pattern is a valid `u8`; device memory is never read as anything
+        // else on the host.
         let slice = unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
             .map_err(|e| RuntimeError::driver("allocating a device buffer", e))?;
-        let mut buffer = DeviceBuffer {
+        Ok(DeviceBuffer {
             dtype,
             len,
             bytes: slice,
-        };
-        buffer.fill(self, byte)?;
-        Ok(buffer)
+        })
     }
 }
 

@@ -93,43 +93,42 @@ fn params(
 /// with seqlen_q > seqlen_k), to keep the fp32 reference and the files small.
 fn check_cases() -> Vec<(String, AttentionParams)> {
     let mut cases = Vec::new();
-    let mut add = |dtype: DType, head_dim: usize, causal: bool, shape: [usize; 5]| {
+    let mut add = |dtype: DType, head_dim: usize, causal: bool, shape: [usize; 5], fused: bool| {
         let [b, nq, nk, hq, hkv] = shape;
         let mask = if causal { "_causal" } else { "" };
+        let backward = if fused { "_fused" } else { "" };
         cases.push((
-            format!("{dtype}_d{head_dim}{mask}_b{b}_q{nq}_k{nk}_h{hq}x{hkv}"),
-            params(dtype, head_dim, causal, shape),
+            format!("{dtype}_d{head_dim}{mask}_b{b}_q{nq}_k{nk}_h{hq}x{hkv}{backward}"),
+            AttentionParams {
+                fused_backward: fused,
+                ..params(dtype, head_dim, causal, shape)
+            },
         ));
     };
     for dtype in [DType::F16, DType::BF16] {
         for head_dim in [64, 128] {
             for causal in [false, true] {
-                add(dtype, head_dim, causal, [2, 777, 1031, 8, 2]);
-                add(dtype, head_dim, causal, [1, 1031, 513, 4, 4]);
+                add(dtype, head_dim, causal, [2, 777, 1031, 8, 2], false);
+                add(dtype, head_dim, causal, [1, 1031, 513, 4, 4], false);
             }
         }
     }
-    add(DType::BF16, 64, false, [1, 4097, 3001, 8, 1]);
-    add(DType::F16, 64, true, [1, 3001, 4097, 8, 1]);
-    add(DType::F16, 128, false, [1, 3001, 4097, 8, 1]);
-    add(DType::BF16, 128, true, [1, 4097, 3001, 8, 1]);
-    add(DType::F16, 64, false, [1, 15999, 16384, 8, 2]);
-    add(DType::BF16, 64, true, [1, 16384, 12289, 8, 8]);
-    add(DType::BF16, 128, true, [1, 16384, 16384, 16, 4]);
+    add(DType::BF16, 64, false, [1, 4097, 3001, 8, 1], false);
+    add(DType::F16, 64, true, [1, 3001, 4097, 8, 1], false);
+    add(DType::F16, 128, false, [1, 3001, 4097, 8, 1], false);
+    add(DType::BF16, 128, true, [1, 4097, 3001, 8, 1], false);
+    add(DType::F16, 64, false, [1, 15999, 16384, 8, 2], false);
+    add(DType::BF16, 64, true, [1, 16384, 12289, 8, 8], false);
+    add(DType::BF16, 128, true, [1, 16384, 16384, 16, 4], false);
     // The fused backward (dQ by atomic adds) on the ragged GQA shape, and once at 16k.
     for dtype in [DType::F16, DType::BF16] {
         for head_dim in [64, 128] {
             for causal in [false, true] {
-                add(dtype, head_dim, causal, [2, 777, 1031, 8, 2]);
+                add(dtype, head_dim, causal, [2, 777, 1031, 8, 2], true);
             }
         }
     }
-    add(DType::BF16, 128, true, [1, 16384, 15001, 16, 4]);
-    let fused = cases.len() - 9;
-    for (name, p) in &mut cases[fused..] {
-        name.push_str("_fused");
-        p.fused_backward = true;
-    }
+    add(DType::BF16, 128, true, [1, 16384, 15001, 16, 4], true);
     cases
 }
 

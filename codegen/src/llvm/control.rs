@@ -222,7 +222,7 @@ impl<'ctx> Translation<'_, 'ctx> {
         })
     }
 
-    /// One f32: `atomicrmw fadd` (relaxed, on the whole device), which NVPTX emits as
+    /// One f32: `atomicrmw fadd` (relaxed, system scope), which NVPTX emits as
     /// `atom.global.add.f32` and ptxas turns into a `RED` since no result is used; inkwell only
     /// builds integer `atomicrmw`s, so this goes through the LLVM C API. Two or four: LLVM has no
     /// vector atomic for NVPTX, so `red.global.add.v{2,4}.f32` is inline asm.
@@ -274,8 +274,8 @@ impl<'ctx> Translation<'_, 'ctx> {
             return access(self);
         };
         let pred = self.value(pred)?.into_int_value();
-        let access_block = self.context.append_basic_block(self.function, "store");
-        let done = self.context.append_basic_block(self.function, "stored");
+        let access_block = self.context.append_basic_block(self.function, "access");
+        let done = self.context.append_basic_block(self.function, "accessed");
         self.builder
             .build_conditional_branch(pred, access_block, done)?;
         self.builder.position_at_end(access_block);

@@ -166,12 +166,20 @@ impl HostBuffer {
     }
 
     /// Adds `value` to element `index` of an f32 buffer as one atomic step (the interpreter's
-    /// programs run in parallel), rounding as the GPU's f32 addition does.
+    /// programs run in parallel), as the GPU's `red.add.f32` does: rounded to nearest even, with
+    /// subnormal inputs and results flushed to zero of their sign.
     pub fn atomic_add_f32(&self, index: usize, value: f32) {
         let Cells::W32(cells) = &self.cells else {
             unreachable!("the builder lets `atomic_add` add into f32 only")
         };
-        let add = |bits: u32| Some((f32::from_bits(bits) + value).to_bits());
+        let flush = |x: f32| {
+            if x.is_subnormal() {
+                0.0f32.copysign(x)
+            } else {
+                x
+            }
+        };
+        let add = |bits: u32| Some(flush(flush(f32::from_bits(bits)) + flush(value)).to_bits());
         // The closure never refuses, so the update always succeeds.
         let _ = cells[index].fetch_update(Relaxed, Relaxed, add);
     }

@@ -667,6 +667,7 @@ impl Program<'_, '_> {
         let (buffer, index) = self.locate(inst, addr)?;
         match value {
             Data::Float(v) if accumulate => buffer.atomic_add_f32(index, v[i]),
+            _ if accumulate => unreachable!("the builder lets `atomic_add` add f32 only"),
             Data::Float(v) => buffer.write_float(index, v[i]),
             Data::Int(v) => buffer.write_int(index, v[i]),
             Data::Bool(v) => buffer.write_int(index, v[i] as i64),

@@ -1,6 +1,6 @@
 //! FlashAttention backward, split as in seed 001: a preprocessing kernel (`delta = rowsum(dO * O)`),
 //! a dQ kernel that walks key tiles, and a dK/dV kernel that walks query tiles. No atomics: each
-//! output element is written by exactly one program, so the backward pass is deterministic.
+//! output element is written by exactly one program, so the split backward is deterministic.
 //!
 //! Or fused, as FlashAttention-2 and 3 do (`KILN_FLAG_FUSED_BACKWARD`): the preprocessing kernel
 //! also zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K` into it with atomic
@@ -53,10 +53,13 @@ pub fn attention_bwd_preprocess<
     let o_tile = load(o_block, [0]).to::<f32>();
     let do_tile = load(do_block, [0]).to::<f32>();
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
-    let rows = delta + batch_head.to::<i64>() * seqlen_q + offs_m;
-    store(rows, sum(o_tile * do_tile, 1), offs_m < seqlen_q);
+    let row_base = batch_head.to::<i64>() * seqlen_q;
+    store(
+        delta + row_base + offs_m,
+        sum(o_tile * do_tile, 1),
+        offs_m < seqlen_q,
+    );
     if ZERO_DQ_ACCUM {
-        let row_base = batch_head.to::<i64>() * seqlen_q;
         let accum =
             dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
         store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
@@ -314,12 +317,12 @@ pub fn attention_bwd_dkdv<
             let p = exp2(qk - lse_log2.expand_dims(1));
             dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
             let dp = dot(do_tile, trans(v_tile));
-            let ds = p * (dp - delta_row.expand_dims(1));
-            dk_acc = dot(trans(ds.to::<T>()), q_tile, dk_acc);
+            let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
+            dk_acc = dot(trans(ds), q_tile, dk_acc);
             if ACCUMULATE_DQ {
                 let accum =
                     dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
-                atomic_add(accum, dot(ds.to::<T>(), k_tile), [0]);
+                atomic_add(accum, dot(ds, k_tile), [0]);
             }
             q_block = advance(q_block, [BLOCK_M, 0]);
             do_block = advance(do_block, [BLOCK_M, 0]);

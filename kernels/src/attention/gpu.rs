@@ -296,8 +296,9 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
     ])
 }
 
-/// Launches the backward pass (preprocessing, dQ, dK/dV) in `context` on `stream`, after
-/// [`check_backward`] and after checking that kiln has kernels for it.
+/// Launches the backward pass (preprocessing, then dQ and dK/dV, or the fused dK/dV and the dQ
+/// conversion) in `context` on `stream`, after [`check_backward`] and after checking that kiln
+/// has kernels for it.
 ///
 /// # Safety
 /// As [`launch_forward`]: every address must hold what its sizes and strides address.
@@ -845,7 +846,8 @@ pub fn backward_with(
     overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     p.check_fields()?;
-    let workspace = device.filled(DType::F32, workspace_bytes(p) / DType::F32.size_bytes(), 0)?;
+    // The preprocessing kernel writes delta and, fused, zeroes the dQ accumulator.
+    let workspace = device.scratch(DType::F32, workspace_bytes(p) / DType::F32.size_bytes())?;
     let at = BackwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
         k: bound(device, "k", k.buffer, k.layout, p, p.seqlen_k, p.heads_kv)?,

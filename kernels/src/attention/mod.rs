@@ -225,7 +225,7 @@ impl AttentionParams {
             .dtype("T", self.dtype)
             .int("HEAD_DIM", self.head_dim as i64)
             .int("BLOCK_M", config.block_m as i64);
-        // The preprocessing kernel reads no keys: no key block, no mask.
+        // The preprocessing and dQ conversion kernels read no keys: no key block, no mask.
         let spec = match config.block_n {
             None => spec,
             Some(block_n) => spec

@@ -289,20 +289,20 @@ fn backward_args(
     } else {
         Role::Delta
     };
-    let mut args = match kernel {
+    match kernel {
         AttentionKernel::Preprocess => {
             let mut args = buffers(&[Role::O, Role::DO, Role::Delta, dq_accum]);
             args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
             args.extend(strides(layouts.o));
             args.extend(strides(layouts.d_o));
-            return args;
+            args
         }
         AttentionKernel::DqConvert => {
             let mut args = buffers(&[Role::DqAccum, Role::Dq]);
             args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
             args.extend(strides(layouts.dq));
             args.push(Arg::F32(p.softmax_scale));
-            return args;
+            args
         }
         AttentionKernel::Dq => {
             let mut args = buffers(&[
@@ -323,6 +323,7 @@ fn backward_args(
             for layout in [layouts.q, layouts.k, layouts.v, layouts.d_o, layouts.dq] {
                 args.extend(strides(layout));
             }
+            args.push(Arg::F32(p.softmax_scale));
             args
         }
         AttentionKernel::DkDv => {
@@ -353,10 +354,9 @@ fn backward_args(
             ] {
                 args.extend(strides(layout));
             }
+            args.push(Arg::F32(p.softmax_scale));
             args
         }
         AttentionKernel::Forward => unreachable!("the forward is not part of the backward"),
-    };
-    args.push(Arg::F32(p.softmax_scale));
-    args
+    }
 }

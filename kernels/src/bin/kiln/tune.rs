@@ -20,11 +20,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut head_dims = vec![64, 128];
     let mut masks = vec![false, true];
     let mut seqlen = 4096;
-    let mut kernels = vec![
-        AttentionKernel::Forward,
-        AttentionKernel::Dq,
-        AttentionKernel::DkDv,
-    ];
+    let mut kernels = None;
     let mut fused_backward = false;
     let mut samples = 10;
     let mut configs = None;
@@ -59,7 +55,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                              attention_bwd_dkdv, got `{name}`"
                         )),
                     })
-                    .collect::<Result<_, _>>()?
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some)?
             }
             "--backward" => {
                 fused_backward = match value()?.as_str() {
@@ -82,12 +79,28 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
         }
     }
+    // The fused backward runs no dQ kernel: only its dK/dV (and the forward) have anything to tune.
+    let kernels = match kernels {
+        None if fused_backward => vec![AttentionKernel::DkDv],
+        None => vec![
+            AttentionKernel::Forward,
+            AttentionKernel::Dq,
+            AttentionKernel::DkDv,
+        ],
+        Some(kernels) if fused_backward && kernels.contains(&AttentionKernel::Dq) => {
+            return Err(
+                "--backward fused runs no attention_bwd_dq: tune attention_bwd_dkdv".to_string(),
+            );
+        }
+        Some(kernels) => kernels,
+    };
+    let backward = if fused_backward { "fused" } else { "split" };
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
     eprintln!(
-        "kiln tune on {} ({target}): {dtype}, timed at seqlen {seqlen} (batch = 16384 / seqlen, \
-         heads = 2048 / head dim), median of {samples} launches; each candidate checked against \
-         f64 first",
+        "kiln tune on {} ({target}): {dtype}, {backward} backward, timed at seqlen {seqlen} \
+         (batch = 16384 / seqlen, heads = 2048 / head dim), median of {samples} launches; each \
+         candidate checked against f64 first",
         device.name().unwrap_or_default()
     );
     let mut rng = Rng::new(Rng::fresh_seed());
@@ -113,7 +126,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
             crate::say!(
-                "\n### {dtype}, head dim {head_dim}, {}\n",
+                "\n### {dtype}, head dim {head_dim}, {}, {backward} backward\n",
                 if causal { "causal" } else { "not causal" }
             );
             crate::emit(&tune::table(&trials))?;
@@ -141,7 +154,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    crate::say!("\n### winners on {target}\n");
+    crate::say!("\n### winners on {target}, {backward} backward\n");
     for line in winners {
         crate::say!("- {line}");
     }
