@@ -22,7 +22,7 @@ use kiln_codegen::{
 };
 use kiln_dsl::prelude::*;
 use kiln_dsl::{Grid, HostBuffer, Kernel, KernelArg, Spec};
-use kiln_kernels::attention::{AttentionKernel, KernelConfig, plan, prebuilt};
+use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig, plan, prebuilt};
 
 fn blessing() -> bool {
     std::env::var_os("KILN_BLESS").is_some()
@@ -1644,14 +1644,30 @@ fn a_dump_writes_every_stage() {
 }
 
 /// Compile cost, DSL to PTX, of each attention kernel as shipped (bf16, head dim 128, causal,
-/// sm_90a): building the IR from the DSL, then every stage to PTX. Printed for docs/PERF.md
-/// (kiln aims under 100 ms a kernel); the bound here only catches a blow-up on a slow CI machine.
+/// sm_90a; those the fused backward specialises otherwise, also as it does): building the IR
+/// from the DSL, then every stage to PTX. Printed for docs/PERF.md (kiln aims under 100 ms a
+/// kernel); the bound here only catches a blow-up on a slow CI machine.
 #[test]
 fn attention_kernels_compile_in_well_under_a_second() {
-    for kernel in AttentionKernel::ALL {
-        let name = kernel.name();
-        let p = cases::attention_params(BF16, 128, true, 1, 1);
-        let config = attention_config(name, 128, true, Target::Sm90a);
+    let fused = AttentionKernel::ALL
+        .into_iter()
+        .filter(|k| k.differs_when_fused())
+        .map(|k| (k, true));
+    for (kernel, fused_backward) in AttentionKernel::ALL
+        .map(|k| (k, false))
+        .into_iter()
+        .chain(fused)
+    {
+        let name = format!(
+            "{}{}",
+            kernel.name(),
+            if fused_backward { " (fused)" } else { "" }
+        );
+        let p = AttentionParams {
+            fused_backward,
+            ..cases::attention_params(BF16, 128, true, 1, 1)
+        };
+        let config = p.config(Target::Sm90a).unwrap().kernel(kernel);
         let options = prebuilt::divisibility(kernel).into_iter().fold(
             CompileOptions::new(Target::Sm90a, config.num_warps)
                 .with_stages(config.num_stages)
