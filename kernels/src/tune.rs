@@ -15,16 +15,16 @@ use crate::attention::{AttentionError, AttentionKernel, AttentionParams, KernelC
 use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
 
-/// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps;
-/// the forward keeps at least 64 query rows and tries 2 and 3 pipeline stages, the backward
-/// kernels (whose loops hold twice the tiles) 2; on sm_90a each again on `wgmma` where every
-/// warp can take 16 query rows of its own. The compiler refuses what does not fit (shared
-/// memory, warps the tile cannot feed); those trials say so.
+/// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps, 2
+/// and 3 pipeline stages (the forward keeps at least 64 query rows); on sm_90a each again on
+/// `wgmma` where every warp can take 16 rows of its own. The compiler refuses what does not
+/// fit (shared memory, warps the tile cannot feed); those trials say so.
 pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> {
-    let (block_ms, stages): (&[usize], &[u32]) = match kernel {
-        AttentionKernel::Forward => (&[64, 128], &[2, 3]),
-        _ => (&[32, 64, 128], &[2]),
+    let block_ms: &[usize] = match kernel {
+        AttentionKernel::Forward => &[64, 128],
+        _ => &[32, 64, 128],
     };
+    let stages: &[u32] = &[2, 3];
     let mut all = Vec::new();
     for &block_m in block_ms {
         for block_n in [32, 64, 128] {
