@@ -38,33 +38,37 @@ impl Generator {
                 value,
                 mask,
                 span,
-            } => self.write_call("store", ptr, value, Operand::Optional(mask.as_ref()), *span),
-            Stmt::AtomicAdd {
+            }
+            | Stmt::AtomicAdd {
                 ptr,
                 value,
                 mask,
                 span,
             } => {
+                let name = match stmt {
+                    Stmt::Store { .. } => "store",
+                    _ => "atomic_add",
+                };
                 let mask = Operand::Optional(mask.as_ref());
-                self.write_call("atomic_add", ptr, value, mask, *span)
+                self.write_call(name, ptr, value, mask, *span)
             }
             Stmt::StoreBlock {
                 ptr,
                 value,
                 boundary_check,
                 span,
-            } => {
-                let axes = Operand::List(boundary_check);
-                self.write_call("store_block", ptr, value, axes, *span)
             }
-            Stmt::AtomicAddBlock {
+            | Stmt::AtomicAddBlock {
                 ptr,
                 value,
                 boundary_check,
                 span,
             } => {
-                let axes = Operand::List(boundary_check);
-                self.write_call("atomic_add_block", ptr, value, axes, *span)
+                let name = match stmt {
+                    Stmt::StoreBlock { .. } => "store_block",
+                    _ => "atomic_add_block",
+                };
+                self.write_call(name, ptr, value, Operand::List(boundary_check), *span)
             }
             Stmt::StaticAssert {
                 cond,
