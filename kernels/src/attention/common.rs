@@ -90,7 +90,8 @@ pub fn key_range<const BLOCK_M: usize, const BLOCK_N: usize, const CAUSAL: bool>
 }
 
 /// Which keys `offs_n` the query rows `offs_m` see, as a `[rows, keys]` mask: keys inside the
-/// sequence and, causal, on or before each row's diagonal.
+/// sequence and, causal, on or before each row's diagonal. Causal, each row's bound is folded
+/// first (`j < min(i + shift + 1, seqlen_k)`), so that each score costs one compare.
 #[kernel_fn]
 pub fn visible<const CAUSAL: bool>(
     offs_m: Tile<i32>,
@@ -98,11 +99,11 @@ pub fn visible<const CAUSAL: bool>(
     shift: i32,
     seqlen_k: i32,
 ) -> Tile<bool> {
-    let in_sequence = offs_n.expand_dims(0) < seqlen_k;
     if CAUSAL {
-        in_sequence && offs_n.expand_dims(0) <= offs_m.expand_dims(1) + shift
+        let end = minimum(offs_m + shift + 1, seqlen_k);
+        offs_n.expand_dims(0) < end.expand_dims(1)
     } else {
-        in_sequence
+        offs_n.expand_dims(0) < seqlen_k
     }
 }
 
