@@ -505,39 +505,11 @@ impl Builder {
         ))
     }
 
-    /// What a write through the pointers `ptr` takes: `value` converted to their `pointee` and
-    /// broadcast to their shape, and `mask` broadcast too.
-    fn write_operands(
-        &mut self,
-        ptr: Value,
-        pointee: DType,
-        value: Value,
-        mask: Option<Value>,
-        what: &str,
-        loc: Loc,
-    ) -> Result<(Value, Option<Value>)> {
-        let shape = self.ty(ptr).shape().to_vec();
-        let value = self.cast(value, pointee, loc)?;
-        let value = self.broadcast_value(value, &shape, loc)?;
-        let mask = match mask {
-            Some(m) => Some(self.mask_for(m, &shape, what, loc)?),
-            None => None,
-        };
-        Ok((value, mask))
-    }
-
     /// `store(ptrs, value)`, `store(ptrs, value, mask)`: writes through a tile of pointers,
     /// converting `value` to the pointee dtype; lanes where `mask` is false write nothing.
     /// `store(block_ptr, value)` writes a block without bounds checks.
     pub fn store(&mut self, ptr: Value, value: Value, mask: Option<Value>, loc: Loc) -> Result<()> {
-        self.check_visible(ptr, loc)?;
-        if matches!(self.ty(ptr), Type::BlockPtr { .. }) && mask.is_none() {
-            return self.store_block(ptr, value, &[], loc);
-        }
-        let pointee = self.pointee(ptr, "`store`", loc)?;
-        let (value, mask) = self.write_operands(ptr, pointee, value, mask, "`store`", loc)?;
-        self.push(Op::Store { ptr, value, mask }, Vec::new(), loc);
-        Ok(())
+        self.write(ptr, value, mask, false, loc)
     }
 
     /// `atomic_add(ptrs, value)`, `atomic_add(ptrs, value, mask)`: adds `value` (converted to
@@ -551,14 +523,39 @@ impl Builder {
         mask: Option<Value>,
         loc: Loc,
     ) -> Result<()> {
+        self.write(ptr, value, mask, true, loc)
+    }
+
+    /// A store through pointers, or with `accumulate` an atomic add; through a block pointer
+    /// without a mask, the block form of either.
+    fn write(
+        &mut self,
+        ptr: Value,
+        value: Value,
+        mask: Option<Value>,
+        accumulate: bool,
+        loc: Loc,
+    ) -> Result<()> {
         self.check_visible(ptr, loc)?;
         if matches!(self.ty(ptr), Type::BlockPtr { .. }) && mask.is_none() {
-            return self.atomic_add_block(ptr, value, &[], loc);
+            return self.write_block(ptr, value, &[], accumulate, loc);
         }
-        let pointee = self.pointee(ptr, "`atomic_add`", loc)?;
-        check_atomic_pointee(pointee, loc)?;
-        let (value, mask) = self.write_operands(ptr, pointee, value, mask, "`atomic_add`", loc)?;
-        self.push(Op::AtomicAdd { ptr, value, mask }, Vec::new(), loc);
+        let what = write_name(accumulate);
+        let pointee = self.pointee(ptr, what, loc)?;
+        check_writable(pointee, accumulate, loc)?;
+        let shape = self.ty(ptr).shape().to_vec();
+        let value = self.cast(value, pointee, loc)?;
+        let value = self.broadcast_value(value, &shape, loc)?;
+        let mask = match mask {
+            Some(m) => Some(self.mask_for(m, &shape, what, loc)?),
+            None => None,
+        };
+        let op = if accumulate {
+            Op::AtomicAdd { ptr, value, mask }
+        } else {
+            Op::Store { ptr, value, mask }
+        };
+        self.push(op, Vec::new(), loc);
         Ok(())
     }
 
@@ -739,15 +736,9 @@ impl Builder {
         accumulate: bool,
         loc: Loc,
     ) -> Result<()> {
-        let what = if accumulate {
-            "`atomic_add`"
-        } else {
-            "`store`"
-        };
+        let what = write_name(accumulate);
         let (pointee, block_shape) = self.block_ptr(ptr, what, loc)?;
-        if accumulate {
-            check_atomic_pointee(pointee, loc)?;
-        }
+        check_writable(pointee, accumulate, loc)?;
         let boundary_check = self.boundary_axes(boundary_check, block_shape.len(), loc)?;
         self.number_dtype(value, what, loc)?;
         let value = self.cast(value, pointee, loc)?;
@@ -834,9 +825,19 @@ impl Builder {
     }
 }
 
-/// Refuses an `atomic_add` into anything but f32, the one dtype kiln adds atomically.
-fn check_atomic_pointee(pointee: DType, loc: Loc) -> Result<()> {
-    if pointee == DType::F32 {
+/// The DSL function a write is: `store`, or with `accumulate` `atomic_add`.
+fn write_name(accumulate: bool) -> &'static str {
+    if accumulate {
+        "`atomic_add`"
+    } else {
+        "`store`"
+    }
+}
+
+/// Refuses an `atomic_add` into anything but f32, the one dtype kiln adds atomically (a store
+/// takes any).
+fn check_writable(pointee: DType, accumulate: bool, loc: Loc) -> Result<()> {
+    if !accumulate || pointee == DType::F32 {
         return Ok(());
     }
     Err(Error::semantic(

@@ -66,8 +66,9 @@ pub struct AttentionParams {
     /// `s = softmax_scale * q . k`.
     pub softmax_scale: f32,
     /// The backward in one fused pass over the keys, dQ accumulated with f32 atomic adds
-    /// (`KILN_FLAG_FUSED_BACKWARD`): faster, but dQ may differ in its last bits from run to run.
-    /// Without it the split backward runs, bitwise reproducible.
+    /// (`KILN_FLAG_FUSED_BACKWARD`): dQ may differ in its last bits from run to run, and on an
+    /// H100 it is not yet faster than the split backward (docs/PERF.md). Without it the split
+    /// backward runs, bitwise reproducible.
     pub fused_backward: bool,
 }
 
