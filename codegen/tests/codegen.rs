@@ -919,8 +919,9 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     let dot_lines: Vec<usize> = (1..=lines.len())
         .filter(|&n| lines[n - 1].contains("dot("))
         .collect();
-    // The overlapped loop's (the first block's QK^T, the next one's, PV), then the plain one's.
-    assert_eq!(dot_lines.len(), 5, "QK^T and PV in each loop");
+    // The overlapped loops' (the first block's QK^T, then the next one's and PV in each of the
+    // unmasked and the masked loop), then the plain loop's.
+    assert_eq!(dot_lines.len(), 7, "QK^T and PV in each loop");
     let mut at = None;
     let mut mma_lines = Vec::new();
     for line in ptx.lines() {
@@ -938,7 +939,7 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     mma_lines.dedup();
     assert_eq!(
         mma_lines,
-        dot_lines[3..],
+        dot_lines[5..],
         "the lines of the mma.syncs' .loc: the plain loop's"
     );
     // The ops inlined from `#[kernel_fn]`s point at their own file.

@@ -30,6 +30,7 @@ pub mod wgmma;
 
 use std::fmt;
 
+pub(crate) use assign::nested_regions;
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
 pub use divisibility::Divisibility;
 pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop};

@@ -309,7 +309,9 @@ pub fn designed_cases() -> Vec<Case> {
         (F16, LayoutKind::HeadsMajor, true, 0.125),
         (BF16, LayoutKind::Padded, false, 0.05),
         (F16, LayoutKind::Packed, true, -0.2),
+        (BF16, LayoutKind::Padded, false, -0.7),
         (BF16, LayoutKind::Padded, true, 0.0),
+        (F16, LayoutKind::HeadsMajor, false, 0.0),
     ] {
         let mut c = case(dtype, 2, 70, 45, 4, 2, 64, causal);
         c.layout = layout;

@@ -1,16 +1,20 @@
 //! FlashAttention forward, written in the DSL (seed 001's `_fwd_kernel`, grown to kiln's
 //! conventions): one program per (query block, batch x query head).
 //!
-//! Online softmax in base 2 (scores are pre-scaled by `softmax_scale * log2(e)`); keys outside the
-//! sequence or the causal mask are `-inf` before the row max. Only the last key tiles need a mask:
-//! the loop tests a scalar and masks just those. A causal block stops at its last row's diagonal.
-//! The LSE it writes is natural-log; rows that see no key get O = 0 and LSE = -inf.
+//! Online softmax in base 2: the row max is taken of unscaled scores and each weight is one FFMA
+//! and an `exp2`, `exp2(qk * scale - m)` with `scale = softmax_scale * log2(e)` (a negative
+//! scale's sign goes into Q). Keys outside the sequence or the causal mask are `-inf` before the
+//! row max. Only the last key tiles need a mask: the loop tests a scalar and masks just those. A
+//! causal block stops at its last row's diagonal. The LSE it writes is natural-log; rows that see
+//! no key get O = 0 and LSE = -inf.
 //!
 //! With `OVERLAP_SOFTMAX` (the configuration's `wgmma`), each iteration starts the next key
 //! block's scores and this block's `P @ V` on the tensor cores, then computes the next block's
 //! softmax while `P @ V` runs (FlashAttention-3's intra-warpgroup overlap): `dot`s on `wgmma`
 //! are waited for only where their results are used. The loop then runs one block ahead and
-//! carries P; its last iteration scores a block past the end, which the mask empties.
+//! carries P. It is two loops with one body, as a branch in it would make ptxas wait for every
+//! `wgmma`: the first while the next block needs no mask, the second masking every block (its
+//! last iteration scores a block past the end, which the mask empties).
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -65,8 +69,14 @@ pub fn attention_fwd<
     let mut k_block = row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, 0);
     let mut v_block = row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, 0);
 
-    let q_tile = load(q_block, [0]);
-    let qk_scale = softmax_scale * f32::consts::LOG2_E;
+    // Scores are `qk_scale * (q . k)` in base 2. The kernel folds the scale into the exponent's
+    // FFMA, `exp2(qk * scale - m)`, which takes the row max of unscaled scores: that is the max
+    // of scaled ones only for a scale >= 0, so a negative scale's sign goes into Q instead, and a
+    // zero scale becomes the smallest normal one (it rounds every product to the same result).
+    let scale = softmax_scale * f32::consts::LOG2_E;
+    let q_sign = where_(scale < 0.0, -1.0, 1.0);
+    let q_tile = (load(q_block, [0]).to::<f32>() * q_sign).to::<T>();
+    let qk_scale = maximum(abs(scale), f32::MIN_POSITIVE);
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     // Query row i sees key j iff j <= i + shift (the mask is aligned bottom-right).
     let shift = seqlen_k - seqlen_q;
@@ -77,11 +87,10 @@ pub fn attention_fwd<
     let mut l_i = zeros([BLOCK_M], f32);
     let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
     if OVERLAP_SOFTMAX {
-        // The first block's softmax before the loop; each iteration multiplies P by V and
+        // The first block's softmax before the loops; each iteration multiplies P by V and
         // starts the next block's.
         let qk = scores::<CAUSAL, BLOCK_N>(
             dot(q_tile, trans(load(k_block, [0]))),
-            qk_scale,
             0,
             full_end,
             offs_m,
@@ -89,18 +98,32 @@ pub fn attention_fwd<
             seqlen_k,
         );
         k_block = advance(k_block, [BLOCK_N, 0]);
-        let (m_new, p, _) = softmax_step(qk, m_i);
+        let (m_new, p, _) = softmax_step(qk, qk_scale, m_i);
         l_i = p.sum(1);
         m_i = m_new;
         let mut p_t = p.to::<T>();
-        for start_n in (0..end_n).step_by(BLOCK_N) {
+        // Two loops with one body: the first while the next block needs no mask, the second
+        // masking every block without a branch (ptxas waits for every wgmma where control
+        // flow joins).
+        let unmasked_end = maximum(full_end - BLOCK_N, 0);
+        for _ in (0..unmasked_end).step_by(BLOCK_N) {
             // Issued in this order so that waiting for the scores leaves P @ V running.
-            let qk_next = dot(q_tile, trans(load(k_block, [0])));
+            let qk = dot(q_tile, trans(load(k_block, [0])));
             acc = dot(p_t, load(v_block, [0]), acc);
-            // Masked without a branch: ptxas waits for every wgmma where control flow joins.
+            let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
+            l_i = l_i * alpha + p.sum(1);
+            acc = acc * alpha.expand_dims(1);
+            m_i = m_new;
+            p_t = p.to::<T>();
+            k_block = advance(k_block, [BLOCK_N, 0]);
+            v_block = advance(v_block, [BLOCK_N, 0]);
+        }
+        for start_n in (unmasked_end..end_n).step_by(BLOCK_N) {
+            let qk = dot(q_tile, trans(load(k_block, [0])));
+            acc = dot(p_t, load(v_block, [0]), acc);
             let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
-            let qk = mask_scores::<CAUSAL>(qk_next * qk_scale, offs_m, offs_n, shift, seqlen_k);
-            let (m_new, p, alpha) = softmax_step(qk, m_i);
+            let qk = mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k);
+            let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
             l_i = l_i * alpha + p.sum(1);
             acc = acc * alpha.expand_dims(1);
             m_i = m_new;
@@ -114,14 +137,13 @@ pub fn attention_fwd<
             let v_tile = load(v_block, [0]);
             let qk = scores::<CAUSAL, BLOCK_N>(
                 dot(q_tile, trans(k_tile)),
-                qk_scale,
                 start_n,
                 full_end,
                 offs_m,
                 shift,
                 seqlen_k,
             );
-            let (m_new, p, alpha) = softmax_step(qk, m_i);
+            let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
             l_i = l_i * alpha + p.sum(1);
             acc = dot(p.to::<T>(), v_tile, acc * alpha.expand_dims(1));
             m_i = m_new;
@@ -145,19 +167,17 @@ pub fn attention_fwd<
     store(lse_rows, lse_row, offs_m < seqlen_q);
 }
 
-/// The scaled scores of the key block at `start_n`, masked where it is one of the last blocks
-/// (from `full_end`).
+/// The scores of the key block at `start_n`, masked where it is one of the last blocks (from
+/// `full_end`).
 #[kernel_fn]
 fn scores<const CAUSAL: bool, const BLOCK_N: usize>(
     qk: Tile<f32>,
-    qk_scale: f32,
     start_n: i32,
     full_end: i32,
     offs_m: Tile<i32>,
     shift: i32,
     seqlen_k: i32,
 ) -> Tile<f32> {
-    let qk = qk * qk_scale;
     if start_n >= full_end {
         let offs_n = start_n + arange(0, BLOCK_N);
         mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
@@ -166,14 +186,15 @@ fn scores<const CAUSAL: bool, const BLOCK_N: usize>(
     }
 }
 
-/// One online-softmax step over scores `qk` (base 2) from the running row max `m_i`: the new
-/// max, the block's weights and the factor that rescales what came before.
+/// One online-softmax step over unscaled scores `qk` from the running row max `m_i` (of scaled
+/// scores, base 2; `qk_scale > 0`): the new max, the block's weights `exp2(qk * qk_scale - m)`
+/// (one FFMA each) and the factor that rescales what came before.
 #[kernel_fn]
-fn softmax_step(qk: Tile<f32>, m_i: Tile<f32>) -> (Tile<f32>, Tile<f32>, Tile<f32>) {
-    let m_new = maximum(m_i, qk.max(1));
+fn softmax_step(qk: Tile<f32>, qk_scale: f32, m_i: Tile<f32>) -> (Tile<f32>, Tile<f32>, Tile<f32>) {
+    let m_new = maximum(m_i, qk.max(1) * qk_scale);
     // A row with no visible key so far keeps m = -inf: subtracting 0 instead gives p = 0, not NaN.
     let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
-    let p = exp2(qk - m_safe.expand_dims(1));
+    let p = exp2(fma(qk, qk_scale, -m_safe.expand_dims(1)));
     let alpha = exp2(m_i - m_safe);
     (m_new, p, alpha)
 }

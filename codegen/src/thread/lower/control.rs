@@ -108,8 +108,8 @@ impl Lowering<'_> {
             },
             loc,
         });
-        if pipeline.is_some() {
-            self.pipeline_drain();
+        if let Some(pipeline) = &pipeline {
+            self.pipeline_drain(pipeline);
         }
         Ok(results)
     }

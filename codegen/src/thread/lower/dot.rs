@@ -7,7 +7,7 @@
 //! first use), then runs the step's `reps_m x reps_n` instructions, so that only one step's
 //! operand fragments are live at a time.
 
-use kiln_dsl::ir::{Inst as TileInst, Kernel, Value};
+use kiln_dsl::ir::{Inst as TileInst, Kernel, Region, Value};
 
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{
@@ -15,7 +15,8 @@ use crate::layout::mma::{
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{
-    ConversionKind, Layout, LayoutAssignment, MmaVersion, THREADS_PER_WARP, ThreadMap, linear_terms,
+    ConversionKind, Layout, LayoutAssignment, MmaVersion, PipelinedLoop, THREADS_PER_WARP,
+    ThreadMap, linear_terms, nested_regions,
 };
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -84,23 +85,66 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
     tile_bytes(kernel, value).next_multiple_of(tile_align(layouts))
 }
 
-/// The bytes every staged tile of the kernel takes, together, pipelined loads' buffers
-/// included (the scratch goes above).
-pub(super) fn staged_bytes(kernel: &Kernel, layouts: &LayoutAssignment) -> u32 {
-    let staged: u32 = layouts
-        .all_conversions()
-        .filter(|c| c.kind == ConversionKind::Stage)
-        .map(|c| aligned_tile_bytes(kernel, layouts, c.value))
-        .sum();
-    let buffers: u32 = layouts
-        .pipelines()
-        .flat_map(|(_, p)| {
-            p.loads
-                .iter()
-                .map(|l| p.stages * aligned_tile_bytes(kernel, layouts, l.value))
-        })
-        .sum();
-    staged + buffers
+/// Where staged tiles go in shared memory: every staged tile from 0, each at its own place;
+/// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
+/// it, so that sibling loops reuse the same bytes; the scratch above all, from `end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct SharedPlan {
+    pub staged: u32,
+    pub end: u32,
+}
+
+impl SharedPlan {
+    pub fn of(kernel: &Kernel, layouts: &LayoutAssignment) -> SharedPlan {
+        let staged: u32 = layouts
+            .all_conversions()
+            .filter(|c| c.kind == ConversionKind::Stage)
+            .map(|c| aligned_tile_bytes(kernel, layouts, c.value))
+            .sum();
+        let mut next = 0;
+        let buffers = nested_buffer_bytes(kernel, layouts, &kernel.body, &mut next);
+        SharedPlan {
+            staged,
+            end: staged + buffers,
+        }
+    }
+}
+
+/// The pipeline buffers `region` needs at once: per instruction, a pipelined loop's own buffers
+/// and the most its body's loops need, the most of these over the region's instructions.
+fn nested_buffer_bytes(
+    kernel: &Kernel,
+    layouts: &LayoutAssignment,
+    region: &Region,
+    next: &mut usize,
+) -> u32 {
+    let mut most = 0;
+    for inst in &region.insts {
+        let own = layouts
+            .pipeline_at(*next)
+            .map_or(0, |p| pipeline_buffer_bytes(kernel, layouts, p));
+        *next += 1;
+        let inner = nested_regions(&inst.op)
+            .into_iter()
+            .map(|nested| nested_buffer_bytes(kernel, layouts, nested, next))
+            .max()
+            .unwrap_or(0);
+        most = most.max(own + inner);
+    }
+    most
+}
+
+/// The bytes of every buffer of a pipelined loop.
+pub(super) fn pipeline_buffer_bytes(
+    kernel: &Kernel,
+    layouts: &LayoutAssignment,
+    pipeline: &PipelinedLoop,
+) -> u32 {
+    pipeline
+        .loads
+        .iter()
+        .map(|l| pipeline.stages * aligned_tile_bytes(kernel, layouts, l.value))
+        .sum()
 }
 
 /// How many consecutive registers of `map` one vector store can write to `layout` (1: none):

@@ -39,14 +39,14 @@ pub fn lower(
     layouts: &LayoutAssignment,
     options: &CompileOptions,
 ) -> Result<Program> {
-    let staged_bytes = dot::staged_bytes(kernel, layouts);
+    let plan = dot::SharedPlan::of(kernel, layouts);
     let max_shared_bytes = options.target.max_shared_bytes();
-    if staged_bytes > max_shared_bytes {
+    if plan.end > max_shared_bytes {
         return Err(CodegenError::Options {
             message: format!(
-                "the tiles staged in shared memory need {staged_bytes} bytes at {} stages; {} \
+                "the tiles staged in shared memory need {} bytes at {} stages; {} \
                  gives a block at most {max_shared_bytes}: use smaller blocks or fewer stages",
-                options.num_stages, options.target
+                plan.end, options.num_stages, options.target
             ),
         });
     }
@@ -63,14 +63,15 @@ pub fn lower(
         converted: Vec::new(),
         fields: HashMap::new(),
         tid: Reg(0),
-        shared_bytes: staged_bytes,
+        shared_bytes: plan.end,
         max_shared_bytes,
         max_atomic_vector: match options.target {
             Target::Sm90a => 4,
             Target::Sm80 => 1,
         },
-        scratch: staged_bytes,
+        scratch: plan.end,
         next_staged: 0,
+        next_buffer: plan.staged,
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
@@ -145,6 +146,8 @@ pub(super) struct Lowering<'a> {
     scratch: u32,
     /// The byte offset of the next staged tile.
     next_staged: u32,
+    /// Where the next pipelined loop's buffers go: above the enclosing loops' ones.
+    next_buffer: u32,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
     /// Staged-tile accesses since the last barrier.

@@ -20,7 +20,7 @@
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
+use super::dot::{SharedBase, SharedTile, aligned_tile_bytes, pipeline_buffer_bytes};
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
@@ -51,8 +51,8 @@ impl Lowering<'_> {
         let mut buffers = Vec::new();
         for load in &loop_info.loads {
             let bytes = aligned_tile_bytes(self.kernel, self.layouts, load.value);
-            buffers.push((self.next_staged, bytes));
-            self.next_staged += loop_info.stages * bytes;
+            buffers.push((self.next_buffer, bytes));
+            self.next_buffer += loop_info.stages * bytes;
         }
         let pipeline = Pipeline {
             loop_info: loop_info.clone(),
@@ -140,9 +140,11 @@ impl Lowering<'_> {
     }
 
     /// After the loop: no copy stays in flight (the last iterations' copies of iterations past
-    /// the end still zero-fill their buffers).
-    pub(super) fn pipeline_drain(&mut self) {
+    /// the end still zero-fill their buffers), and the buffers are free for the next loop (whose
+    /// prologue meets a barrier first: anything may be pending after a loop).
+    pub(super) fn pipeline_drain(&mut self, pipeline: &Pipeline) {
         self.emit_effect(Op::CpAsyncWait { pending: 0 });
+        self.next_buffer -= pipeline_buffer_bytes(self.kernel, self.layouts, &pipeline.loop_info);
     }
 
     /// Whether iteration `from + ahead * step` of the loop exists: the step is positive,
