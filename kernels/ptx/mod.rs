@@ -161,7 +161,7 @@ pub const PTX: &[(&str, &str, u32)] = &[
     ("attention_fwd_bf16_d32_sm_80", include_str!("attention_fwd_bf16_d32_sm_80.ptx"), 0),
     ("attention_fwd_bf16_d32_sm_90a", include_str!("attention_fwd_bf16_d32_sm_90a.ptx"), 57344),
     ("attention_fwd_bf16_d64_causal_sm_80", include_str!("attention_fwd_bf16_d64_causal_sm_80.ptx"), 0),
-    ("attention_fwd_bf16_d64_causal_sm_90a", include_str!("attention_fwd_bf16_d64_causal_sm_90a.ptx"), 0),
+    ("attention_fwd_bf16_d64_causal_sm_90a", include_str!("attention_fwd_bf16_d64_causal_sm_90a.ptx"), 73728),
     ("attention_fwd_bf16_d64_sm_80", include_str!("attention_fwd_bf16_d64_sm_80.ptx"), 0),
     ("attention_fwd_bf16_d64_sm_90a", include_str!("attention_fwd_bf16_d64_sm_90a.ptx"), 73728),
     ("attention_fwd_f16_d128_causal_sm_80", include_str!("attention_fwd_f16_d128_causal_sm_80.ptx"), 81920),
@@ -177,7 +177,7 @@ pub const PTX: &[(&str, &str, u32)] = &[
     ("attention_fwd_f16_d32_sm_80", include_str!("attention_fwd_f16_d32_sm_80.ptx"), 0),
     ("attention_fwd_f16_d32_sm_90a", include_str!("attention_fwd_f16_d32_sm_90a.ptx"), 57344),
     ("attention_fwd_f16_d64_causal_sm_80", include_str!("attention_fwd_f16_d64_causal_sm_80.ptx"), 0),
-    ("attention_fwd_f16_d64_causal_sm_90a", include_str!("attention_fwd_f16_d64_causal_sm_90a.ptx"), 0),
+    ("attention_fwd_f16_d64_causal_sm_90a", include_str!("attention_fwd_f16_d64_causal_sm_90a.ptx"), 73728),
     ("attention_fwd_f16_d64_sm_80", include_str!("attention_fwd_f16_d64_sm_80.ptx"), 0),
     ("attention_fwd_f16_d64_sm_90a", include_str!("attention_fwd_f16_d64_sm_90a.ptx"), 73728),
 ];

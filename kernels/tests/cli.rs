@@ -188,7 +188,7 @@ fn compiler_stages_need_the_codegen_feature() {
     assert!(err.contains("--features codegen"), "{err}");
     let err = fails(&["ptx", "attention_fwd", "--warps", "8"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
-    let err = fails(&["ptx", "attention_fwd", "--wgmma", "yes"]);
+    let err = fails(&["ptx", "attention_fwd", "--wgmma", "no"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
     let err = fails(&["ptx", "attention_fwd", "--wgmma", "perhaps"]);
     assert!(
@@ -368,7 +368,7 @@ fn the_demo_checks_the_interpreter_and_shows_ptx_with_its_source_lines() {
         out.contains(".file\t1 \"kernels/src/attention/forward.rs\""),
         "{out}"
     );
-    assert!(out.contains("mma.sync.aligned.m16n8k16"), "{out}");
+    assert!(out.contains("wgmma.mma_async.sync.aligned.m64n"), "{out}");
     assert!(
         out.contains("is kernels/src/attention/forward.rs:") && out.contains("dot("),
         "{out}"

@@ -200,7 +200,9 @@ pub fn config(
         ],
         // `wgmma` candidates tried at every head dim (docs/PERF.md, third session).
         (Target::Sm90a, 64) if causal => [
-            c(128, 64, 4, 2),
+            // On `wgmma` since its masks left the unmasked loop: 1.16x `mma.sync`'s 128 x 64
+            // on 2 stages (docs/PERF.md, 2026-11-25, second session).
+            c(128, 64, 4, 3).on_wgmma(),
             c(64, 128, 4, 2).on_wgmma(),
             // Three stages: 1.07x two at 128 x 64 (docs/PERF.md, 2026-11-25).
             c(64, 64, 4, 3).on_wgmma(),

@@ -11,7 +11,8 @@
 //! With `OVERLAP_SOFTMAX` (the configuration's `wgmma`), each iteration starts the next key
 //! block's scores and this block's `P @ V` on the tensor cores, then computes the next block's
 //! softmax while `P @ V` runs (FlashAttention-3's intra-warpgroup overlap): `dot`s on `wgmma`
-//! are waited for only where their results are used. The loop then runs one block ahead and
+//! are waited for only where their results are used (in the PTX; ptxas moves the wait for
+//! `P @ V` up to the row max, docs/PERF.md). The loop then runs one block ahead and
 //! carries P. It is two loops with one body, as a branch in it would make ptxas wait for every
 //! `wgmma`: the first while the next block needs no mask, the second masking every block (its
 //! last iteration scores a block past the end, which the mask empties).

@@ -71,8 +71,9 @@ pub fn demo() -> Result<(), String> {
     on_gpu()
 }
 
-/// The forward kernel's shipped PTX for `params` around its first `mma.sync`, with the DSL
-/// source line its `.loc` names (read from the workspace when it is there).
+/// The forward kernel's shipped PTX for `params` around its first tensor-core instruction
+/// (`mma.sync`, or `wgmma.mma_async` on sm_90a), with the DSL source line its `.loc` names (read
+/// from the workspace when it is there).
 fn show_ptx(params: &AttentionParams) -> Result<(), String> {
     let name = plan::specialisation_name(AttentionKernel::Forward, params, TARGET);
     let ptx = prebuilt::ptx(&name).ok_or_else(|| format!("kiln ships no {name}"))?;
@@ -84,8 +85,8 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
         .collect();
     let mma = lines
         .iter()
-        .position(|l| l.contains("mma.sync"))
-        .ok_or("the forward PTX has no mma.sync")?;
+        .position(|l| l.contains("mma.sync") || l.contains("wgmma.mma_async"))
+        .ok_or("the forward PTX has no mma.sync or wgmma.mma_async")?;
     let loc = lines[..mma]
         .iter()
         .rposition(|l| l.trim_start().starts_with(".loc"))
@@ -102,7 +103,11 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
         .chain(&["\t..."])
         .chain(tail)
     {
-        say!("  {line}");
+        // A `wgmma` names every accumulator register: its first 100 characters say enough.
+        match line.char_indices().nth(100) {
+            Some((end, _)) => say!("  {} ...", &line[..end]),
+            None => say!("  {line}"),
+        }
     }
     // `.loc <file> <line> <col>`: the source line, when the source is at hand.
     let fields: Vec<&str> = lines[loc].split_whitespace().collect();
