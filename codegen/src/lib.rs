@@ -270,6 +270,12 @@ impl Compiled {
         self.options.threads_per_block()
     }
 
+    /// The tensor maps a launch builds from its arguments and passes after them (the PTX
+    /// carries them too, [`kiln_dsl::TensorMapSpec::in_ptx`]).
+    pub fn tensor_maps(&self) -> &[kiln_dsl::TensorMapSpec] {
+        &self.program.tensor_maps
+    }
+
     /// What a launch must check before it runs the PTX: each `(parameter index, n)` says that
     /// argument must be a multiple of `n` (a pointer's address in bytes, an integer's value),
     /// as [`CompileOptions::divisibility`] promised.
@@ -303,6 +309,13 @@ pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, Co
     ptx::optimize(&module, &machine)?;
     let llir_opt = module.print_to_string().to_string();
     let ptx = ptx::emit(&module, &machine)?;
+    // The tensor maps the kernel takes after its parameters, for whoever launches the PTX.
+    let maps: String = program
+        .tensor_maps
+        .iter()
+        .map(|m| format!("{}{m}\n", kiln_dsl::tensor_map::PTX_LINE))
+        .collect();
+    let ptx = maps + &ptx;
     Ok(Compiled {
         name: kernel.name().to_string(),
         options: options.clone(),

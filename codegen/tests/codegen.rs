@@ -601,7 +601,8 @@ fn skeleton(thread: &str) -> String {
 }
 
 /// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
-/// and the tiles they load and store outside the loops move 16 bytes per vector.
+/// or with TMA where the forward runs on `wgmma` (it describes K and V whole), and the tiles
+/// they load and store outside the loops move 16 bytes per vector.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
@@ -610,7 +611,12 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                 let case = attention_case(name, F16, head_dim, false, target);
                 assert!(case.num_stages > 1, "{} is not pipelined", case.name);
                 let ptx = compile_case(&case).ptx().to_string();
-                assert!(ptx.contains("cp.async.cg.shared.global"), "{}", case.name);
+                let copy = if name == "attention_fwd" && case.wgmma {
+                    "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                } else {
+                    "cp.async.cg.shared.global"
+                };
+                assert!(ptx.contains(copy), "{}: no {copy}", case.name);
                 assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
             }
         }
@@ -623,10 +629,11 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
     // Q (128 x 128), the first K tile (64 x 128, before the loop that overlaps the softmax), and
-    // two buffers each of K and V (64 x 128), bf16; 1024-byte aligned for `wgmma`'s swizzle.
+    // two buffers each of K and V (64 x 128), bf16; 1024-byte aligned for `wgmma`'s swizzle;
+    // then the two TMA barriers of the buffers (8 bytes each), padded to 128.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (128 + 64 + 2 * (64 + 64)) * 128 * 2
+        (128 + 64 + 2 * (64 + 64)) * 128 * 2 + 128
     );
     assert!(
         compiled

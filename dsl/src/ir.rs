@@ -183,6 +183,9 @@ pub enum Op {
         mask: Option<Value>,
     },
     /// A window of `block_shape` at `offsets` into an array of `shape` with `strides` (all i64).
+    /// The array may have more dimensions than the block (`shape`, `strides` and `offsets` one
+    /// per array dimension, `order` one per block dimension): the block covers the last ones,
+    /// and the leading offsets, inside the shape, index the others.
     MakeBlockPtr {
         base: Value,
         shape: Vec<Value>,

@@ -30,6 +30,7 @@ pub mod passes;
 pub mod printer;
 pub mod signature;
 pub mod target;
+pub mod tensor_map;
 pub mod types;
 
 pub use builder::{Builder, FnResult, FnType, ForScope, IfScope};
@@ -43,6 +44,7 @@ pub use signature::{
     ArgDecl, ArgType, DTypeRef, KernelSignature, Spec, SpecKind, SpecParam, SpecValue,
 };
 pub use target::{Target, UnknownTarget};
+pub use tensor_map::{MapScalar, TensorMapParams, TensorMapSpec};
 pub use types::DType;
 
 /// What a kernel author's host code imports: the attributes, specs and dtypes.

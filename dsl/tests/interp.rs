@@ -320,6 +320,74 @@ fn block_pointers_pad_with_zero_and_skip_out_of_bounds_stores() {
     }
 }
 
+/// A rank-2 block of a `[heads, rows, 4]` array: the head is indexed, rows past the end pad.
+#[kernel]
+fn head_block(x: Ptr<f32>, out: Ptr<f32>, heads: i32, rows: i32, head: i32, head_stride: i64) {
+    let src = make_block_ptr(
+        x,
+        [heads, rows, 4],
+        [head_stride, 4, 1],
+        [head, 1, 0],
+        [4, 4],
+        [1, 0],
+    );
+    let dst = make_block_ptr(out, [4, 4], [4, 1], [0, 0], [4, 4], [1, 0]);
+    store(dst, load(src, [0]));
+}
+
+#[test]
+fn block_pointers_index_the_dimensions_before_the_block() {
+    let kernel = head_block::build(&Spec::new()).unwrap();
+    // Three heads of three rows, 16 floats apart.
+    let x = HostBuffer::from_f32(F32, &(0..48).map(|v| v as f32).collect::<Vec<_>>());
+    let launch = |head: i32| {
+        let out = HostBuffer::poisoned(F32, 16);
+        let args = [
+            KernelArg::Buffer(&x),
+            KernelArg::Buffer(&out),
+            KernelArg::I32(3),
+            KernelArg::I32(3),
+            KernelArg::I32(head),
+            KernelArg::I64(16),
+        ];
+        run(&kernel, one_program(), &args).map(|()| out.to_f32())
+    };
+    let got = launch(2).unwrap();
+    for r in 0..4 {
+        for c in 0..4 {
+            // Rows 1 and 2 of head 2, then padding.
+            let expected = if r < 2 {
+                (32 + (r + 1) * 4 + c) as f32
+            } else {
+                0.0
+            };
+            assert_eq!(got[r * 4 + c], expected, "row {r} col {c}");
+        }
+    }
+    let err = launch(3).unwrap_err().to_string();
+    assert!(
+        err.contains("offset 3 indexes dimension 0 of an array of shape [3, 3, 4]"),
+        "{err}"
+    );
+}
+
+#[kernel]
+fn block_of_a_smaller_array(x: Ptr<f32>, n: i32) {
+    let block = make_block_ptr(x, [n], [1], [0], [4, 4], [1, 0]);
+    store(block, zeros([4, 4], f32));
+}
+
+#[test]
+fn a_block_pointer_refuses_an_array_of_lower_rank() {
+    let err = block_of_a_smaller_array::build(&Spec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`make_block_ptr` has a rank-2 block shape [4, 4] but a rank-1 array shape"),
+        "{err}"
+    );
+}
+
 #[kernel]
 fn running_max(x: Ptr<f32>, out: Ptr<f32>, n: i32) {
     let mut best = full([16], f32::NEG_INFINITY, f32);

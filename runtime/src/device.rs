@@ -10,6 +10,8 @@ use crate::RuntimeError;
 use crate::context::{Context, RawStream};
 use crate::error::driver_message;
 use crate::launch::ParamType;
+use crate::tensor_map::specs_in_ptx;
+use kiln_dsl::TensorMapSpec;
 
 type Result<T> = std::result::Result<T, RuntimeError>;
 
@@ -69,6 +71,8 @@ impl Device {
         Ok(Module {
             name: name.to_string(),
             module,
+            tensor_maps: specs_in_ptx(name, ptx)?,
+            context: self.context(),
         })
     }
 
@@ -150,6 +154,9 @@ pub(crate) fn jit_error_log(ptx: &str) -> Option<String> {
 pub struct Module {
     name: String,
     module: Arc<CudaModule>,
+    /// The tensor maps its kernel takes after its parameters (the PTX's).
+    tensor_maps: Vec<TensorMapSpec>,
+    context: Context,
 }
 
 impl Module {
@@ -165,6 +172,8 @@ impl Module {
             name: name.to_string(),
             params,
             function,
+            tensor_maps: self.tensor_maps.clone(),
+            context: self.context,
         })
     }
 }
@@ -175,6 +184,9 @@ pub struct Function {
     pub(crate) name: String,
     pub(crate) params: Vec<ParamType>,
     pub(crate) function: CudaFunction,
+    /// What each launch encodes and passes after the arguments.
+    pub(crate) tensor_maps: Vec<TensorMapSpec>,
+    pub(crate) context: Context,
 }
 
 impl Function {

@@ -1,9 +1,10 @@
 //! Kernel launches: a grid and a block, and arguments checked against the kernel's parameters.
 
-use cudarc::driver::{LaunchConfig as CudaLaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig as CudaLaunchConfig, PushKernelArg};
 use kiln_dsl::types::{Elem, Type};
 use kiln_dsl::{ArgType, DType, Kernel, KernelSignature, Spec};
 
+use crate::tensor_map::{TensorMap, encode_all};
 use crate::{Device, DeviceBuffer, Function, RuntimeError};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -97,6 +98,23 @@ impl Device {
         args: &[LaunchArg<'_>],
     ) -> Result<()> {
         check_args(&function.name, &function.params, args)?;
+        let maps = encode_all(
+            &function.name,
+            function.context,
+            &function.tensor_maps,
+            |i| match args[i] {
+                LaunchArg::Buffer(buffer) => buffer.device_address(self),
+                _ => 0,
+            },
+            |i| match args[i] {
+                LaunchArg::I32(v) => v as i64,
+                LaunchArg::I64(v) => v,
+                _ => i64::MIN,
+            },
+        )?
+        .into_iter()
+        .map(MapArg)
+        .collect::<Vec<_>>();
         // The driver reads each argument through a pointer to it: the scalars are read where
         // `args` holds them, which outlives the launch call.
         let mut launch = self.stream.launch_builder(&function.function);
@@ -107,6 +125,9 @@ impl Device {
                 LaunchArg::I64(v) => launch.arg(v),
                 LaunchArg::F32(v) => launch.arg(v),
             };
+        }
+        for map in &maps {
+            launch.arg(map);
         }
         let [gx, gy, gz] = config.grid;
         let [bx, by, bz] = config.block;
@@ -122,6 +143,13 @@ impl Device {
         Ok(())
     }
 }
+
+/// A tensor map as a launch argument: the driver copies its 128 bytes into the parameter.
+#[repr(transparent)]
+struct MapArg(TensorMap);
+
+// Safety: a `CUtensorMap` is plain bytes the kernel takes by value.
+unsafe impl DeviceRepr for MapArg {}
 
 /// Matches `args` against a kernel's parameters: count, buffers of the pointee's dtype, scalars of
 /// the parameter's type.

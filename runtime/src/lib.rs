@@ -24,6 +24,7 @@ mod error;
 pub mod jit;
 mod launch;
 mod module_cache;
+mod tensor_map;
 // Raw-byte transfers and event timing, for harnesses that move large tensors and time kernels.
 mod raw;
 mod timing;

@@ -8,11 +8,12 @@ use std::ffi::{CString, c_void};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
-use kiln_dsl::DType;
+use kiln_dsl::{DType, TensorMapSpec};
 
 use crate::context::{Context, RawStream};
 use crate::device::jit_error_log;
 use crate::error::driver_message;
+use crate::tensor_map::{TensorMap, encode_all, specs_in_ptx};
 use crate::{ParamType, RuntimeError};
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -39,6 +40,8 @@ pub struct LoadedKernel {
     function: usize,
     params: Vec<ParamType>,
     shared_bytes: u32,
+    /// The tensor maps every launch encodes and passes after the arguments (its PTX's).
+    tensor_maps: Vec<TensorMapSpec>,
 }
 
 /// Loaded kernels by (context, name). Modules are never unloaded: the prebuilt set is bounded
@@ -169,6 +172,7 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
         function: function as usize,
         params: source.params.to_vec(),
         shared_bytes: source.shared_bytes,
+        tensor_maps: specs_in_ptx(source.name, source.ptx)?,
     })
 }
 
@@ -206,6 +210,20 @@ impl LoadedKernel {
         args: &[RawArg],
     ) -> Result<()> {
         self.check_args(args)?;
+        let mut maps = encode_all(
+            &self.name,
+            self.context,
+            &self.tensor_maps,
+            |i| match args[i] {
+                RawArg::Ptr(address) => address,
+                _ => 0,
+            },
+            |i| match args[i] {
+                RawArg::I32(v) => v as i64,
+                RawArg::I64(v) => v,
+                _ => i64::MIN,
+            },
+        )?;
         let mut values: Vec<RawArg> = args.to_vec();
         let mut pointers: Vec<*mut c_void> = values
             .iter_mut()
@@ -216,6 +234,10 @@ impl LoadedKernel {
                 RawArg::F32(v) => (v as *mut f32).cast(),
             })
             .collect();
+        pointers.extend(
+            maps.iter_mut()
+                .map(|m| (m as *mut TensorMap).cast::<c_void>()),
+        );
         self.context.with_current(|| {
             let [x, y, z] = grid;
             // Safety: the arguments match the parameters (checked above) and live in `values`

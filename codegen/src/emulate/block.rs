@@ -4,9 +4,11 @@
 use std::collections::VecDeque;
 
 use half::{bf16, f16};
+use kiln_dsl::TensorMapParams;
 
 use super::EmulationError;
 use super::memory::{Global, Shared};
+use super::tma::Mbarriers;
 use crate::layout::THREADS_PER_WARP;
 use crate::layout::mma::{
     ACC_REGS_PER_MMA, K_WIDTH, MMA_K, MMA_M, MMA_N, a_fragment, a_fragment_inverse, acc_fragment,
@@ -24,6 +26,7 @@ pub(super) fn run_block(
     program: &Program,
     global: &Global<'_>,
     params: &[u64],
+    maps: &[TensorMapParams],
     ctaid: [u32; 3],
     nctaid: [u32; 3],
 ) -> Result<()> {
@@ -38,6 +41,8 @@ pub(super) fn run_block(
         shared: Shared::new(program.shared_bytes),
         open_copies: vec![Vec::new(); threads],
         groups: vec![VecDeque::new(); threads],
+        maps,
+        mbarriers: Mbarriers::default(),
     };
     for (param, &value) in program.params.iter().zip(params) {
         state.regs[param.reg.index()] = vec![value; threads];
@@ -52,6 +57,16 @@ pub(super) fn run_block(
             loc: None,
             block: ctaid,
             thread: Some(thread as u32),
+        });
+    }
+    if let Some(bar) = state.mbarriers.in_flight() {
+        return Err(EmulationError {
+            message: format!(
+                "the kernel ends with TMA copies on the mbarrier at shared byte {bar} never waited for"
+            ),
+            loc: None,
+            block: ctaid,
+            thread: None,
         });
     }
     if state.shared.async_pending() {
@@ -85,6 +100,9 @@ struct BlockState<'a, 'g> {
     /// oldest first.
     open_copies: Vec<Vec<InFlight>>,
     groups: Vec<VecDeque<Vec<InFlight>>>,
+    /// The launch's tensor maps, and the block's `mbarrier`s with the TMA copies on them.
+    maps: &'a [TensorMapParams],
+    mbarriers: Mbarriers,
 }
 
 /// The mask of a type's width.
@@ -330,6 +348,63 @@ impl BlockState<'_, '_> {
                         .start_copy(offset, BYTES, t as u32)
                         .map_err(|m| self.error(inst, Some(t), m))?;
                     self.open_copies[t].push(InFlight { offset, bytes });
+                }
+                Ok(())
+            }
+            Op::MbarrierInit { bar, count, pred } => {
+                for t in self.predicated(*pred) {
+                    let init = self.mbarriers.init(self.get(*bar, t), *count);
+                    init.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::FenceMbarrierInit => Ok(()),
+            Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
+                for t in self.predicated(*pred) {
+                    let arrive = self.mbarriers.arrive_expect_tx(self.get(*bar, t), *bytes);
+                    arrive.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::MbarrierWait { bar, parity } => {
+                let (bar, parity) = (self.uniform(inst, *bar)?, self.uniform(inst, *parity)?);
+                let waited = self.mbarriers.wait(&mut self.shared, bar, parity as u32);
+                waited.map_err(|m| self.error(inst, None, m))
+            }
+            Op::MbarrierInval { bar, pred } => {
+                for t in self.predicated(*pred) {
+                    let inval = self.mbarriers.inval(self.get(*bar, t));
+                    inval.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                pred,
+            } => {
+                let Some(params) = self.maps.get(*map) else {
+                    let message = format!("no tensor map {map}");
+                    return Err(self.error(inst, None, message));
+                };
+                for t in self.predicated(*pred) {
+                    let at: Vec<i64> = coords
+                        .iter()
+                        .map(|&c| signed(self.get(c, t), Type::I32))
+                        .collect();
+                    let (dst, bar) = (self.get(*dst, t), self.get(*bar, t));
+                    let copied = self.mbarriers.copy(
+                        &mut self.shared,
+                        self.global,
+                        params,
+                        dst,
+                        &at,
+                        bar,
+                        t as u32,
+                    );
+                    copied.map_err(|m| self.error(inst, Some(t), m))?;
                 }
                 Ok(())
             }
@@ -603,6 +678,13 @@ impl BlockState<'_, '_> {
         Ok(out)
     }
 
+    /// The threads where `pred` holds.
+    fn predicated(&self, pred: Reg) -> Vec<usize> {
+        (0..self.threads)
+            .filter(|&t| self.get(pred, t) & 1 != 0)
+            .collect()
+    }
+
     fn space(&self, ptr: Reg) -> Space {
         match self.ty(ptr) {
             Type::Ptr(space) => space,
@@ -715,6 +797,12 @@ impl BlockState<'_, '_> {
             | Op::CpAsync { .. }
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
+            | Op::MbarrierInit { .. }
+            | Op::FenceMbarrierInit
+            | Op::MbarrierArriveExpectTx { .. }
+            | Op::MbarrierWait { .. }
+            | Op::MbarrierInval { .. }
+            | Op::TmaLoad { .. }
             | Op::Load { .. }
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
@@ -808,6 +896,12 @@ fn inst_name(op: &Op) -> &'static str {
         Op::CpAsync { .. } => "cp.async",
         Op::CpAsyncCommit => "cp.async.commit_group",
         Op::CpAsyncWait { .. } => "cp.async.wait_group",
+        Op::MbarrierInit { .. } => "mbarrier.init",
+        Op::FenceMbarrierInit => "fence.mbarrier_init",
+        Op::MbarrierArriveExpectTx { .. } => "mbarrier.arrive.expect_tx",
+        Op::MbarrierWait { .. } => "mbarrier.try_wait.parity",
+        Op::MbarrierInval { .. } => "mbarrier.inval",
+        Op::TmaLoad { .. } => "cp.async.bulk.tensor",
         Op::Store { .. } | Op::StoreVector { .. } => "st",
         Op::AtomicAdd { .. } => "red.global.add.f32",
         Op::Shuffle { .. } => "shfl.sync",

@@ -143,6 +143,9 @@ struct Access {
 
 const MANY: u32 = u32::MAX;
 
+/// The writer of bytes a TMA copy landed: seen by every thread that waited on its barrier.
+const ASYNC_COPY: u32 = u32::MAX - 1;
+
 /// A block's shared memory: bytes, for each the last write and read, to find races, the bytes
 /// a `cp.async` is still writing, which nobody may touch, and those a `wgmma` may still read,
 /// which nobody may write.
@@ -277,6 +280,12 @@ impl Shared {
         }
     }
 
+    /// A TMA copy's bytes land (its barrier's phase completed): readable by every thread that
+    /// waited for that phase, which every thread that reads them does.
+    pub fn land_async(&mut self, offset: u64, bytes: &[u8]) {
+        self.land(offset, bytes, ASYNC_COPY);
+    }
+
     pub fn read(&mut self, offset: u64, ty: Type, thread: u32) -> Result<u64, String> {
         let range = self.range(offset, ty)?;
         self.check_settled(range.clone())?;
@@ -286,7 +295,7 @@ impl Shared {
             if !write.touched {
                 return Err(format!("read of shared byte {at}, which nothing wrote"));
             }
-            if write.phase == self.phase && write.thread != thread {
+            if write.phase == self.phase && write.thread != thread && write.thread != ASYNC_COPY {
                 return Err(format!(
                     "race: shared byte {at} written by thread {} and read without a barrier between",
                     write.thread

@@ -35,6 +35,7 @@
 
 mod block;
 mod memory;
+mod tma;
 
 use std::fmt;
 
@@ -103,6 +104,19 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
     }
     let global = Global::new(&program.params, args);
     let params = global.param_values(args);
+    // The tensor maps the launch would encode, from the same arguments.
+    let maps = program
+        .tensor_maps
+        .iter()
+        .map(|spec| {
+            let int = |i: usize| match args.get(i) {
+                Some(KernelArg::I32(v)) => *v as i64,
+                Some(KernelArg::I64(v)) => *v,
+                _ => i64::MIN,
+            };
+            spec.resolve(params[spec.base], int).map_err(launch_error)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let [gx, gy, gz] = grid.0;
     (0..grid.programs()).into_par_iter().try_for_each(|linear| {
         let ctaid = [
@@ -110,6 +124,6 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
             ((linear / gx as usize) % gy as usize) as u32,
             (linear / (gx as usize * gy as usize)) as u32,
         ];
-        block::run_block(program, &global, &params, ctaid, [gx, gy, gz])
+        block::run_block(program, &global, &params, &maps, ctaid, [gx, gy, gz])
     })
 }

@@ -70,6 +70,9 @@ pub struct LayoutAssignment {
     pub(super) conversions: BTreeMap<usize, Vec<Conversion>>,
     /// The pipelined loops ([`super::pipeline`]), by the pre-order index of their `for`.
     pub(super) pipelines: BTreeMap<usize, PipelinedLoop>,
+    /// The tensor maps pipelined TMA loads copy through, in the order of the kernel's hidden
+    /// parameters.
+    pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
     /// What is known to divide scalars and block pointers: it decides vector widths.
     pub divisibility: Divisibility,
     pub num_warps: u32,
@@ -656,6 +659,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         layouts,
         conversions,
         pipelines: BTreeMap::new(),
+        tensor_maps: Vec::new(),
         divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,
     };

@@ -168,15 +168,24 @@ impl Divisibility {
                 shape,
                 strides,
                 offsets,
-                ..
+                order,
             } => {
                 let fields = |values: &[Value]| values.iter().map(|&v| self.get(v)).collect();
+                // Indexed leading dimensions move the base by `offset * stride` elements.
+                let lead = shape.len() - order.len();
+                let bytes = match kernel.ty(*base).elem() {
+                    Some(Elem::Ptr(pointee)) => pointee.size_bytes() as u64,
+                    _ => 1,
+                };
+                let base = (0..lead).fold(self.get(*base), |b, d| {
+                    b.min((self.get(offsets[d]) * self.get(strides[d]) * bytes).min(CAP))
+                });
                 let info = BlockInfo {
-                    base: self.get(*base),
-                    shape: fields(shape),
-                    strides: fields(strides),
-                    offsets: fields(offsets),
-                    unit: strides
+                    base,
+                    shape: fields(&shape[lead..]),
+                    strides: fields(&strides[lead..]),
+                    offsets: fields(&offsets[lead..]),
+                    unit: strides[lead..]
                         .iter()
                         .map(|&s| constant_int(kernel, definitions, s) == Some(1))
                         .collect(),

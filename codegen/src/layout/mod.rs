@@ -33,7 +33,7 @@ use std::fmt;
 pub(crate) use assign::nested_regions;
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
 pub use divisibility::Divisibility;
-pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop};
+pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop, TmaLoad};
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.
 pub const THREADS_PER_WARP: u32 = 32;

@@ -18,11 +18,20 @@
 //! copy zero source bytes (`src_size = 0`: zero-filled, nothing read). The thread stage
 //! ([`mod@crate::thread::lower`]) emits that; this pass only decides, and drops the staging of
 //! each pipelined load.
+//!
+//! Where `dot`s run on `wgmma` (sm_90a), a loop whose every load reads an array described whole
+//! by kernel arguments (its block pointer comes, through `advance`s and loops that carry it, from
+//! a top-level `make_block_ptr` whose base is a pointer argument and whose shape and strides are
+//! arguments or constants, the last stride 1) copies with the Tensor Memory Accelerator instead:
+//! one thread issues a `cp.async.bulk.tensor` per 128-byte-wide slab of each tile, on an
+//! `mbarrier` per buffer that everyone waits on. The launch builds the arrays' tensor maps
+//! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kiln_dsl::ir::{Inst, Kernel, Op, Region, Value};
 use kiln_dsl::passes::for_each_operand;
+use kiln_dsl::{MapScalar, TensorMapSpec};
 
 use super::divisibility::{Divisibility, advanced_params, constant_int, defined_in, definitions};
 use super::{ConversionKind, Layout, LayoutAssignment, SharedLayout};
@@ -45,6 +54,18 @@ pub struct PipelinedLoad {
     pub boundary_check: Vec<usize>,
     /// Each buffer's layout: the staging layout the load would otherwise have had.
     pub shared: SharedLayout,
+    /// With TMA: the tensor map it copies through (an index into the kernel's maps), and the
+    /// `make_block_ptr` offsets that index the array's leading dimensions, outermost first.
+    pub tma: Option<TmaLoad>,
+}
+
+/// How a pipelined load copies with TMA.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmaLoad {
+    pub map: usize,
+    pub leading: Vec<Value>,
+    /// Elements of the contiguous dimension one copy moves (one 128-, 64- or 32-byte row).
+    pub slab: usize,
 }
 
 /// How far a pipelined load's block pointer moves per iteration along one dimension.
@@ -62,6 +83,13 @@ pub struct PipelinedLoop {
     pub loads: Vec<PipelinedLoad>,
 }
 
+impl PipelinedLoop {
+    /// Whether its loads copy with TMA (all of them do, or none).
+    pub fn uses_tma(&self) -> bool {
+        self.loads.iter().all(|l| l.tma.is_some())
+    }
+}
+
 /// Finds the pipelined loads of `kernel` (none below two stages) and records them, by the
 /// pre-order index of their `for`, in `assignment`, dropping their staging conversions.
 pub(super) fn apply(
@@ -75,6 +103,7 @@ pub(super) fn apply(
     }
     let dot_only = dot_only_values(kernel);
     let definitions = definitions(kernel);
+    let carriers = loop_carriers(&kernel.body);
     let mut loops = BTreeMap::new();
     let mut next = 0;
     find_loops(&kernel.body, &mut next, &mut |for_index, body| {
@@ -123,7 +152,24 @@ pub(super) fn apply(
                 deltas,
                 boundary_check: boundary_check.clone(),
                 shared,
+                tma: None,
             });
+        }
+        if assignment.uses_wgmma() {
+            let views: Option<Vec<_>> = loads
+                .iter()
+                .map(|l| tma_view(kernel, &definitions, &carriers, l))
+                .collect();
+            for (load, (spec, leading, slab)) in loads.iter_mut().zip(views.into_iter().flatten()) {
+                let map = match assignment.tensor_maps.iter().position(|m| *m == spec) {
+                    Some(i) => i,
+                    None => {
+                        assignment.tensor_maps.push(spec);
+                        assignment.tensor_maps.len() - 1
+                    }
+                };
+                load.tma = Some(TmaLoad { map, leading, slab });
+            }
         }
         if !loads.is_empty() {
             loops.insert(
@@ -145,6 +191,141 @@ pub(super) fn apply(
     assignment.conversions.retain(|_, c| !c.is_empty());
     assignment.pipelines = loops;
 }
+
+/// The `for` that carries each loop-carried body parameter, with the parameter's position
+/// among the carried values.
+fn loop_carriers(region: &Region) -> HashMap<Value, (&Inst, usize)> {
+    let mut out = HashMap::new();
+    for inst in &region.insts {
+        if let Op::For { body, .. } = &inst.op {
+            for (j, &param) in body.params.iter().skip(1).enumerate() {
+                out.insert(param, (inst, j));
+            }
+        }
+        for nested in super::assign::nested_regions(&inst.op) {
+            out.extend(loop_carriers(nested));
+        }
+    }
+    out
+}
+
+/// Follows `advance`s back to the block pointer they move.
+fn unadvanced(definitions: &[Option<&Inst>], mut value: Value) -> Value {
+    while let Some(Inst {
+        op: Op::Advance { ptr, .. },
+        ..
+    }) = definitions[value.index()]
+    {
+        value = *ptr;
+    }
+    value
+}
+
+/// The `make_block_ptr` every value of the block pointer `value` comes from, through
+/// `advance`s and loops that carry it (a loop's yield must be the carried pointer advanced).
+fn block_origin<'k>(
+    definitions: &[Option<&'k Inst>],
+    carriers: &HashMap<Value, (&'k Inst, usize)>,
+    value: Value,
+) -> Option<&'k Inst> {
+    let mut value = unadvanced(definitions, value);
+    loop {
+        let (for_inst, j) = match definitions[value.index()] {
+            Some(
+                inst @ Inst {
+                    op: Op::MakeBlockPtr { .. },
+                    ..
+                },
+            ) => return Some(inst),
+            Some(
+                inst @ Inst {
+                    op: Op::For { .. },
+                    results,
+                    ..
+                },
+            ) => (inst, results.iter().position(|&r| r == value)?),
+            Some(_) => return None,
+            None => *carriers.get(&value)?,
+        };
+        let Op::For { init, body, .. } = &for_inst.op else {
+            return None;
+        };
+        let Some(Op::Yield { values }) = body.insts.last().map(|i| &i.op) else {
+            return None;
+        };
+        if unadvanced(definitions, values[j]) != body.params[j + 1] {
+            return None;
+        }
+        value = unadvanced(definitions, init[j]);
+    }
+}
+
+/// The tensor map a pipelined load can copy through, the offsets indexing its array's leading
+/// dimensions and the elements per copied row, if it can (see the module doc).
+fn tma_view(
+    kernel: &Kernel,
+    definitions: &[Option<&Inst>],
+    carriers: &HashMap<Value, (&Inst, usize)>,
+    load: &PipelinedLoad,
+) -> Option<(TensorMapSpec, Vec<Value>, usize)> {
+    let origin = block_origin(definitions, carriers, load.param)?;
+    if !kernel.body.insts.iter().any(|i| std::ptr::eq(i, origin)) {
+        return None;
+    }
+    let Op::MakeBlockPtr {
+        base,
+        shape,
+        strides,
+        offsets,
+        order,
+    } = &origin.op
+    else {
+        return None;
+    };
+    let argument = |v: Value| kernel.args.iter().position(|&a| a == v);
+    let scalar = |v: Value| -> Option<MapScalar> {
+        if let Some(c) = constant_int(kernel, definitions, v) {
+            return Some(MapScalar::Const(c));
+        }
+        match definitions[v.index()] {
+            None => argument(v).map(MapScalar::Arg),
+            Some(Inst {
+                op: Op::Cast { value },
+                ..
+            }) if definitions[value.index()].is_none() => argument(*value).map(MapScalar::Arg),
+            Some(_) => None,
+        }
+    };
+    let shape: Option<Vec<_>> = shape.iter().map(|&v| scalar(v)).collect();
+    let strides: Option<Vec<_>> = strides.iter().map(|&v| scalar(v)).collect();
+    let (shape, strides) = (shape?, strides?);
+    if order.as_slice() != [1, 0] || strides.last() != Some(&MapScalar::Const(1)) {
+        return None;
+    }
+    let elem_bytes = kernel.dtype(load.value).size_bytes();
+    let [rows, cols] = <[usize; 2]>::try_from(kernel.ty(load.value).shape()).ok()?;
+    let tile = load.shared.swizzled([rows, cols]);
+    let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
+    if tile.order != [1, 0] || rows > MAX_BOX {
+        return None;
+    }
+    let slab = swizzle_bytes / elem_bytes;
+    let lead = shape.len() - 2;
+    let mut box_shape = vec![1; lead];
+    box_shape.extend([rows as u32, slab as u32]);
+    let spec = TensorMapSpec {
+        dtype: kernel.dtype(load.value),
+        base: argument(*base)?,
+        shape,
+        strides,
+        box_shape,
+        swizzle_bytes: swizzle_bytes as u32,
+    };
+    Some((spec, offsets[..lead].to_vec(), slab))
+}
+
+/// The most elements a TMA box has along a dimension.
+const MAX_BOX: usize = 256;
 
 /// The shared layout `value` is staged into, if the layout stage staged it.
 fn staging(assignment: &LayoutAssignment, value: Value) -> Option<SharedLayout> {

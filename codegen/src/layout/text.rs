@@ -4,8 +4,8 @@
 //! that takes an operand in another layout (a staging into shared memory sits before the
 //! instruction after the value's definition), so that a golden test shows every decision. A
 //! `dot` that takes an accumulator as its A operand in registers says so after its line, and
-//! so do a pipelined `for` (its stages) and each load it streams through `cp.async` (into how
-//! many buffers of which shared layout).
+//! so do a pipelined `for` (its stages) and each load it streams through `cp.async` or TMA (into
+//! how many buffers of which shared layout; the tensor maps are listed first).
 
 use kiln_dsl::ir::{Inst, Kernel, Region, Value};
 
@@ -27,6 +27,9 @@ impl LayoutAssignment {
             }
         };
         let mut out = String::new();
+        for (i, map) in self.tensor_maps.iter().enumerate() {
+            out.push_str(&format!("// map {i}: {map}\n"));
+        }
         for layout in &distinct {
             out.push_str(&format!("{} = {layout}\n", alias(layout)));
         }
@@ -100,8 +103,12 @@ impl LayoutAssignment {
                 }
                 if let Some(load) = self.pipelined_load(index) {
                     let stages = self.pipelines().find(|(_, p)| p.loads.contains(load));
+                    let copy = match &load.tma {
+                        Some(tma) => format!("tma map {}", tma.map),
+                        None => "cp.async 16 B".to_string(),
+                    };
                     out.push_str(&format!(
-                        "  // cp.async 16 B -> {} x {}",
+                        "  // {copy} -> {} x {}",
                         stages.map_or(0, |(_, p)| p.stages),
                         alias(&Layout::Shared(load.shared.clone()))
                     ));

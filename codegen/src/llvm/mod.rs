@@ -15,12 +15,13 @@ mod debug;
 mod ops;
 
 use inkwell::AddressSpace;
+use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::builder::Builder;
 use inkwell::context::Context;
 use inkwell::module::{Linkage, Module};
 use inkwell::targets::TargetMachine;
-use inkwell::types::{BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType};
-use inkwell::values::{BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue};
+use inkwell::types::{AnyType, BasicMetadataTypeEnum, BasicType, BasicTypeEnum, FunctionType};
+use inkwell::values::{BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue, PointerValue};
 use kiln_dsl::Loc;
 
 use crate::thread::{Block, Program, Reg, Space, Type};
@@ -44,17 +45,39 @@ pub fn lower<'ctx>(
     let module = context.create_module(program.name);
     module.set_triple(&machine.get_triple());
     module.set_data_layout(&machine.get_target_data().get_data_layout());
-    let param_types: Vec<_> = program
+    let mut param_types: Vec<_> = program
         .params
         .iter()
         .map(|p| llvm_type(context, program.ty(p.reg)).into())
         .collect();
+    // Tensor maps come by value after the kernel's own parameters (CUDA's `const __grid_constant__
+    // CUtensorMap`): 128 bytes aligned to 64 in the parameter space, used where they are.
+    let generic = context.ptr_type(AddressSpace::default());
+    param_types
+        .extend((0..program.tensor_maps.len()).map(|_| BasicMetadataTypeEnum::from(generic)));
     let function = module.add_function(
         program.name,
         context.void_type().fn_type(&param_types, false),
         None,
     );
-    annotate_kernel(context, &module, function, program.threads_per_block)?;
+    let map_type = context.i8_type().array_type(TENSOR_MAP_BYTES);
+    let map_params: Vec<u32> = (0..program.tensor_maps.len())
+        .map(|m| (program.params.len() + m) as u32)
+        .collect();
+    for &index in &map_params {
+        let kind = |name| Attribute::get_named_enum_kind_id(name);
+        let byval = context.create_type_attribute(kind("byval"), map_type.as_any_type_enum());
+        let align = context.create_enum_attribute(kind("align"), TENSOR_MAP_ALIGN);
+        function.add_attribute(AttributeLoc::Param(index), byval);
+        function.add_attribute(AttributeLoc::Param(index), align);
+    }
+    annotate_kernel(
+        context,
+        &module,
+        function,
+        program.threads_per_block,
+        &map_params,
+    )?;
     // Above 48 KiB a block's shared memory must be dynamic: an external array of no size,
     // which the launch sizes.
     let shared = (program.shared_bytes > 0).then(|| {
@@ -82,12 +105,20 @@ pub fn lower<'ctx>(
         program,
         values: vec![None; program.types.len()],
         shared,
+        tensor_maps: Vec::new(),
         line_info: line_info
             .then(|| debug::LineInfo::new(context, &module, function, program.file)),
     };
     for (param, decl) in function.get_param_iter().zip(&program.params) {
         param.set_name(decl.name);
         translation.values[decl.reg.index()] = Some(param);
+    }
+    for (m, &index) in map_params.iter().enumerate() {
+        let param = function.get_nth_param(index).ok_or_else(|| {
+            CodegenError::internal(Stage::Llir, "a tensor map parameter is missing")
+        })?;
+        param.set_name(&format!("tensor_map{m}"));
+        translation.tensor_maps.push(param.into_pointer_value());
     }
     translation.block(&program.body)?;
     translation.builder.build_return(None)?;
@@ -112,6 +143,8 @@ pub(crate) struct Translation<'a, 'ctx> {
     values: Vec<Option<BasicValueEnum<'ctx>>>,
     /// The block's shared memory, where the program uses any.
     shared: Option<GlobalValue<'ctx>>,
+    /// The tensor map parameters, by the program's map index.
+    tensor_maps: Vec<PointerValue<'ctx>>,
     line_info: Option<debug::LineInfo<'a, 'ctx>>,
 }
 
@@ -276,11 +309,14 @@ fn llvm_type(context: &Context, ty: Type) -> BasicTypeEnum<'_> {
 /// (`.maxntid`, which lets ptxas budget registers for exactly that block size), of which one
 /// block per SM must fit (`.minnctapersm 1`: without it ptxas aims at an occupancy of its own
 /// choosing and spills to reach it, e.g. at 64 registers for 256 threads).
+/// Parameters in `grid_constant` (0-based) are read in place, through their address, never
+/// copied: what a tensor map must be for `cp.async.bulk.tensor` to take its address.
 fn annotate_kernel<'ctx>(
     context: &'ctx Context,
     module: &Module<'ctx>,
     function: FunctionValue<'ctx>,
     threads: u32,
+    grid_constant: &[u32],
 ) -> Result<()> {
     let i32_type = context.i32_type();
     let function_ref = function.as_global_value().as_pointer_value();
@@ -294,5 +330,24 @@ fn annotate_kernel<'ctx>(
             .add_global_metadata("nvvm.annotations", &node)
             .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
     }
+    if !grid_constant.is_empty() {
+        // 1-based, as NVVM counts them.
+        let indices: Vec<_> = grid_constant
+            .iter()
+            .map(|&i| i32_type.const_int(i as u64 + 1, false).into())
+            .collect();
+        let node = context.metadata_node(&[
+            function_ref.into(),
+            context.metadata_string("grid_constant").into(),
+            context.metadata_node(&indices).into(),
+        ]);
+        module
+            .add_global_metadata("nvvm.annotations", &node)
+            .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+    }
     Ok(())
 }
+
+/// A `CUtensorMap`: its bytes and alignment.
+const TENSOR_MAP_BYTES: u32 = 128;
+const TENSOR_MAP_ALIGN: u64 = 64;

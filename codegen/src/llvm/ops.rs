@@ -123,6 +123,60 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm(statement, &[], &[], &[])?;
                 return Ok(());
             }
+            Op::MbarrierInit { bar, count, pred } => {
+                let asm = format!("mbarrier.init.shared::cta.b64 [$0], {count};");
+                return self.predicated_asm(&asm, &[self.shared_word(*bar)?], *pred);
+            }
+            Op::FenceMbarrierInit => {
+                self.asm("fence.mbarrier_init.release.cluster;", &[], &[], &[])?;
+                return Ok(());
+            }
+            Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
+                let asm = format!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {bytes};");
+                return self.predicated_asm(&asm, &[self.shared_word(*bar)?], *pred);
+            }
+            Op::MbarrierInval { bar, pred } => {
+                let asm = "mbarrier.inval.shared::cta.b64 [$0];";
+                return self.predicated_asm(asm, &[self.shared_word(*bar)?], *pred);
+            }
+            Op::MbarrierWait { bar, parity } => {
+                // A loop of its own in the statement: `try_wait` returns after a while either way.
+                let asm = "{\n\t.reg .pred done;\n\
+                           kiln_wait_${:uid}:\n\t\
+                           mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t\
+                           @!done bra kiln_wait_${:uid};\n\t}";
+                let inputs = [self.shared_word(*bar)?, self.value(*parity)?];
+                self.asm(asm, &["r".to_string(), "r".to_string()], &[], &inputs)?;
+                return Ok(());
+            }
+            Op::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                pred,
+            } => {
+                let map = self.tensor_maps.get(*map).copied().ok_or_else(|| {
+                    CodegenError::internal(Stage::Llir, format!("no tensor map {map}"))
+                })?;
+                let map = self
+                    .builder
+                    .build_ptr_to_int(map, self.context.i64_type(), "")?;
+                let mut inputs = vec![self.shared_word(*dst)?, map.into()];
+                for &c in coords {
+                    inputs.push(self.value(c)?);
+                }
+                inputs.push(self.shared_word(*bar)?);
+                let coords: Vec<String> = (2..2 + coords.len()).map(|i| format!("${i}")).collect();
+                let asm = format!(
+                    "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
+                     [$0], [$1, {{{}}}], [${}];",
+                    coords.len(),
+                    coords.join(", "),
+                    coords.len() + 2
+                );
+                return self.predicated_asm(&asm, &inputs, *pred);
+            }
             Op::WgmmaWait { pending, values } => {
                 let asm = format!("wgmma.wait_group.sync.aligned {pending};");
                 let values = self.pass_through(&asm, values)?;
@@ -364,7 +418,13 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::WgmmaFence
             | Op::Wgmma { .. }
             | Op::WgmmaCommit
-            | Op::WgmmaWait { .. } => {
+            | Op::WgmmaWait { .. }
+            | Op::MbarrierInit { .. }
+            | Op::FenceMbarrierInit
+            | Op::MbarrierArriveExpectTx { .. }
+            | Op::MbarrierWait { .. }
+            | Op::MbarrierInval { .. }
+            | Op::TmaLoad { .. } => {
                 return Err(CodegenError::internal(Stage::Llir, "not a value op"));
             }
         })
@@ -487,6 +547,45 @@ impl<'ctx> Translation<'_, 'ctx> {
                 .collect::<std::result::Result<_, _>>()?,
             one => vec![one],
         })
+    }
+
+    /// A shared pointer as the 32-bit address PTX's shared-memory operands take.
+    fn shared_word(&self, ptr: crate::thread::Reg) -> Result<BasicValueEnum<'ctx>> {
+        let ptr = self.value(ptr)?.into_pointer_value();
+        Ok(self
+            .builder
+            .build_ptr_to_int(ptr, self.context.i32_type(), "")?
+            .into())
+    }
+
+    /// One PTX statement on `inputs` (i32 operands `r`, i64 `l`), run by the threads where
+    /// `pred` holds: a predicate inside the statement, not a branch around it.
+    fn predicated_asm(
+        &self,
+        statement: &str,
+        inputs: &[BasicValueEnum<'ctx>],
+        pred: crate::thread::Reg,
+    ) -> Result<()> {
+        let pred = self.value(pred)?.into_int_value();
+        let pred = self
+            .builder
+            .build_int_z_extend(pred, self.context.i32_type(), "")?;
+        let at = inputs.len();
+        let asm = format!(
+            "{{\n\t.reg .pred issue;\n\tsetp.ne.b32 issue, ${at}, 0;\n\t@issue {statement}\n\t}}"
+        );
+        let wide = |v: &BasicValueEnum<'ctx>| {
+            v.is_int_value() && v.into_int_value().get_type().get_bit_width() == 64
+        };
+        let mut constraints: Vec<String> = inputs
+            .iter()
+            .map(|v| if wide(v) { "l" } else { "r" }.to_string())
+            .collect();
+        constraints.push("r".to_string());
+        let mut all = inputs.to_vec();
+        all.push(pred.into());
+        self.asm(&asm, &constraints, &[], &all)?;
+        Ok(())
     }
 
     /// The PTX constraint letter of a register of type `ty`.

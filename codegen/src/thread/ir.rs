@@ -372,6 +372,48 @@ pub enum Op {
         pending: u32,
         values: Vec<Reg>,
     },
+    /// `mbarrier.init.shared::cta.b64 [bar], count` where `pred` holds: a barrier at shared
+    /// `bar` (8 bytes, 8-aligned) whose phases complete after `count` arrivals and every
+    /// transaction byte the arrivals expect, in phase 0.
+    MbarrierInit {
+        bar: Reg,
+        count: u32,
+        pred: Reg,
+    },
+    /// `fence.mbarrier_init.release.cluster`: barriers initialised before it are seen as such by
+    /// the async proxy (the copies that complete their transactions).
+    FenceMbarrierInit,
+    /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes` where `pred` holds: one
+    /// arrival on the current phase, which then also waits for `bytes` of copies.
+    MbarrierArriveExpectTx {
+        bar: Reg,
+        bytes: u32,
+        pred: Reg,
+    },
+    /// Waits until the phase of `bar` with parity `parity` (an i32, 0 or 1) has completed
+    /// (`mbarrier.try_wait.parity` until it says so); what the copies completing it wrote is
+    /// then visible to this thread.
+    MbarrierWait {
+        bar: Reg,
+        parity: Reg,
+    },
+    /// `mbarrier.inval.shared::cta.b64 [bar]` where `pred` holds: its bytes may serve again
+    /// (another barrier's) after a [`Op::Barrier`].
+    MbarrierInval {
+        bar: Reg,
+        pred: Reg,
+    },
+    /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes` where
+    /// `pred` holds: copies the box of the program's tensor map `map` at `coords` (i32, the
+    /// array's innermost dimension first) to shared `dst` (128-aligned), swizzled as the map
+    /// says, zeros where the box leaves the array; its bytes complete transactions on `bar`.
+    TmaLoad {
+        dst: Reg,
+        map: usize,
+        coords: Vec<Reg>,
+        bar: Reg,
+        pred: Reg,
+    },
 }
 
 /// One k step of an [`Op::Wgmma`] chain: its A and B's descriptor.
@@ -431,6 +473,9 @@ pub struct Program {
     /// What the launch guarantees, by parameter index: the argument is a multiple of `n` (a
     /// pointer's address in bytes, an integer's value). Vector accesses rely on it.
     pub assumptions: Vec<(usize, u64)>,
+    /// The tensor maps [`Op::TmaLoad`]s copy through: hidden parameters after `params`, which
+    /// the launch encodes from its arguments.
+    pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
 }
 
 /// Shared memory a block may use without opting into the dynamic carve-out.

@@ -10,11 +10,12 @@ use super::ir::{
 
 impl fmt::Display for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let params: Vec<String> = self
+        let mut params: Vec<String> = self
             .params
             .iter()
             .map(|p| format!("{}: {} {}", reg(p.reg), self.ty(p.reg).name(), p.name))
             .collect();
+        params.extend((0..self.tensor_maps.len()).map(|i| format!("map{i}: tensormap")));
         writeln!(
             f,
             "thread @{}({}) threads {} shared {} {{",
@@ -247,6 +248,34 @@ fn op_text(op: &Op) -> String {
         Op::WgmmaWait { pending, values } => {
             format!("wgmma.wait_group {pending} {}", regs(values))
         }
+        Op::MbarrierInit { bar, count, pred } => {
+            format!("mbarrier.init {}, {count} if {}", reg(*bar), reg(*pred))
+        }
+        Op::FenceMbarrierInit => "fence.mbarrier_init".to_string(),
+        Op::MbarrierArriveExpectTx { bar, bytes, pred } => format!(
+            "mbarrier.arrive.expect_tx {}, {bytes} if {}",
+            reg(*bar),
+            reg(*pred)
+        ),
+        Op::MbarrierWait { bar, parity } => {
+            format!("mbarrier.wait.parity {}, {}", reg(*bar), reg(*parity))
+        }
+        Op::MbarrierInval { bar, pred } => {
+            format!("mbarrier.inval {} if {}", reg(*bar), reg(*pred))
+        }
+        Op::TmaLoad {
+            dst,
+            map,
+            coords,
+            bar,
+            pred,
+        } => format!(
+            "cp.async.bulk.tensor {}, map{map} {{{}}}, {} if {}",
+            reg(*dst),
+            regs(coords),
+            reg(*bar),
+            reg(*pred)
+        ),
     }
 }
 

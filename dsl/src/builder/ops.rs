@@ -562,6 +562,12 @@ impl Builder {
     /// `make_block_ptr(base, [shape..], [strides..], [offsets..], [block_shape..], [order..])`:
     /// a `block_shape` window at `offsets` of the array at `base` with `shape` and `strides` (in
     /// elements). `block_shape` and `order` are constants; the rest may be runtime integers.
+    ///
+    /// The array may have more dimensions than the block: the block covers its last ones and
+    /// the leading offsets index the others (`x[b, h, s0.., 0..]` of a `[B, H, S, D]` array is a
+    /// rank-2 block at offsets `[b, h, s0, 0]`), which must lie inside the shape. Described whole,
+    /// the array is what a Hopper tensor map can copy from when its base, shape and strides are
+    /// kernel arguments or constants.
     pub fn make_block_ptr(
         &mut self,
         base: Value,
@@ -585,17 +591,28 @@ impl Builder {
         let block_shape = self.const_dims(block_shape, "a block shape", loc)?;
         let order = self.const_dims(order, "a block order", loc)?;
         let rank = block_shape.len();
-        for (what, n) in [
-            ("shape", shape.len()),
-            ("strides", strides.len()),
-            ("offsets", offsets.len()),
-            ("order", order.len()),
+        let array_rank = shape.len();
+        if array_rank < rank {
+            return Err(Error::semantic(
+                loc,
+                format!(
+                    "`make_block_ptr` has a rank-{rank} block shape {} but a rank-{array_rank} \
+                     array shape",
+                    ShapeDisplay(&block_shape)
+                ),
+            ));
+        }
+        for (what, n, want) in [
+            ("strides", strides.len(), array_rank),
+            ("offsets", offsets.len(), array_rank),
+            ("order", order.len(), rank),
         ] {
-            if n != rank {
+            if n != want {
                 return Err(Error::semantic(
                     loc,
                     format!(
-                        "`make_block_ptr` has a rank-{rank} block shape {} but {n} {what}",
+                        "`make_block_ptr` has a rank-{array_rank} array shape and a rank-{rank} \
+                         block shape {} but {n} {what}",
                         ShapeDisplay(&block_shape)
                     ),
                 ));

@@ -266,14 +266,32 @@ impl Program<'_, '_> {
                 shape,
                 strides,
                 offsets,
-                ..
+                order,
             } => {
-                let ints = |p: &Self, vs: &[Value]| vs.iter().map(|&v| p.scalar_int(v)).collect();
+                let ints =
+                    |vs: &[Value]| -> Vec<i64> { vs.iter().map(|&v| self.scalar_int(v)).collect() };
+                let (shape, strides, offsets) = (ints(shape), ints(strides), ints(offsets));
+                // The leading dimensions the block does not cover are indexed: folded into the base.
+                let lead = shape.len() - order.len();
+                let mut base = self.addrs(*base)[0];
+                for d in 0..lead {
+                    if !(0..shape[d]).contains(&offsets[d]) {
+                        return Err(self.fault(
+                            inst,
+                            format!(
+                                "offset {} indexes dimension {d} of an array of shape {shape:?} \
+                                 outside it",
+                                offsets[d]
+                            ),
+                        ));
+                    }
+                    base.offset += offsets[d] * strides[d];
+                }
                 one(Data::Block(Box::new(BlockPtr {
-                    base: self.addrs(*base)[0],
-                    shape: ints(self, shape),
-                    strides: ints(self, strides),
-                    offsets: ints(self, offsets),
+                    base,
+                    shape: shape[lead..].to_vec(),
+                    strides: strides[lead..].to_vec(),
+                    offsets: offsets[lead..].to_vec(),
                 })))
             }
             Op::Advance { ptr, offsets } => {

@@ -49,6 +49,31 @@ pub fn row_block<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
+/// [`row_block`] of head `head` of batch `batch`, described with the whole `[batches, seqlen,
+/// heads, HEAD_DIM]` tensor at `ptr` (its leading dimensions indexed): where the kernel's
+/// arguments describe the tensor, kiln-codegen may copy its tiles with Hopper's TMA.
+#[kernel_fn]
+pub fn head_rows<T, const HEAD_DIM: usize, const ROWS: usize>(
+    ptr: Ptr<T>,
+    batches: i32,
+    heads: i32,
+    seqlen: i32,
+    batch_stride: i64,
+    head_stride: i64,
+    seq_stride: i64,
+    batch: i32,
+    head: i32,
+) -> BlockPtr<T> {
+    make_block_ptr(
+        ptr,
+        [batches, heads, seqlen, HEAD_DIM],
+        [batch_stride, head_stride, seq_stride, 1],
+        [batch, head, 0, 0],
+        [ROWS, HEAD_DIM],
+        [1, 0],
+    )
+}
+
 /// The query block this dQ program holds. Causal, a block's work grows with its index, so
 /// programs take the last (longest) blocks first: the grid's last wave then runs the shortest
 /// ones instead of leaving most SMs idle while the longest finish (+1-5% at 16k on an H100,

@@ -19,7 +19,7 @@
 
 use kiln_dsl::{kernel, kernel_fn};
 
-use super::common::{check_head_dim, head_base, key_range, mask_scores, row_block};
+use super::common::{check_head_dim, head_base, head_rows, key_range, mask_scores, row_block};
 
 #[kernel]
 pub fn attention_fwd<
@@ -39,6 +39,8 @@ pub fn attention_fwd<
     seqlen_k: i32,
     heads_q: i32,
     group: i32,
+    batches: i32,
+    heads_kv: i32,
     q_batch_stride: i64,
     q_seq_stride: i64,
     q_head_stride: i64,
@@ -61,14 +63,33 @@ pub fn attention_fwd<
     let head_kv = head / group;
 
     let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
-    let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
-    let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
     let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
 
     let q_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
-    let mut k_block = row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, 0);
-    let mut v_block = row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, 0);
+    // K and V are described whole: the key loops may stream them with TMA.
+    let mut k_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        k,
+        batches,
+        heads_kv,
+        seqlen_k,
+        k_batch_stride,
+        k_head_stride,
+        k_seq_stride,
+        batch,
+        head_kv,
+    );
+    let mut v_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        v,
+        batches,
+        heads_kv,
+        seqlen_k,
+        v_batch_stride,
+        v_head_stride,
+        v_seq_stride,
+        batch,
+        head_kv,
+    );
 
     // Scores are `qk_scale * (q . k)` in base 2. The kernel folds the scale into the exponent's
     // FFMA, `exp2(qk * scale - m)`, which takes the row max of unscaled scores: that is the max

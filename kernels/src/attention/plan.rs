@@ -239,6 +239,8 @@ pub fn forward_with(
         Arg::I32(p.seqlen_k as i32),
         Arg::I32(p.heads_q as i32),
         Arg::I32(p.group() as i32),
+        Arg::I32(p.batch as i32),
+        Arg::I32(p.heads_kv as i32),
     ];
     for layout in [layouts.q, layouts.k, layouts.v, layouts.o] {
         args.extend(strides(layout));

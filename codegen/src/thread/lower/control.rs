@@ -74,25 +74,28 @@ impl Lowering<'_> {
         }
         let mut flat_init: Vec<Reg> = init.iter().flatten().copied().collect();
         let mut flat_params: Vec<Reg> = params.iter().flatten().copied().collect();
-        let slot = pipeline.as_ref().map(|_| {
-            flat_init.push(self.i32_const(0));
-            let slot = self.new_reg(Type::I32);
-            flat_params.push(slot);
-            slot
-        });
+        // The pipeline's own carried state (its buffer slot, and with TMA the phase), from 0.
+        let state: Vec<Reg> = match &pipeline {
+            Some(pipeline) => (0..pipeline.state_len())
+                .map(|_| {
+                    flat_init.push(self.i32_const(0));
+                    let reg = self.new_reg(Type::I32);
+                    flat_params.push(reg);
+                    reg
+                })
+                .collect(),
+            None => Vec::new(),
+        };
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
-        let (body_block, _) = self.nested_block(body, |this| match (&pipeline, slot) {
-            (Some(pipeline), Some(slot)) => {
-                let next = this.pipeline_top(inst, pipeline, &body.params, &params, iv, slot)?;
-                Ok(vec![next])
-            }
-            _ => Ok(Vec::new()),
+        let (body_block, _) = self.nested_block(body, |this| match &pipeline {
+            Some(pipeline) => this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state),
+            None => Ok(Vec::new()),
         })?;
         self.pending = Pending::unknown();
         let results = self.fresh(&init);
         let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();
-        if slot.is_some() {
+        for _ in &state {
             flat_results.push(self.new_reg(Type::I32));
         }
         self.push(Inst {

@@ -87,12 +87,17 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 
 /// Where staged tiles go in shared memory: every staged tile from 0, each at its own place;
 /// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
-/// it, so that sibling loops reuse the same bytes; the scratch above all, from `end`.
+/// it, so that sibling loops reuse the same bytes; from `barriers`, TMA loops' `mbarrier`s,
+/// stacked alike; the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
     pub staged: u32,
+    pub barriers: u32,
     pub end: u32,
 }
+
+/// The alignment of the scratch after the barriers: a 128-byte shift keeps a bank pattern.
+const SCRATCH_ALIGN: u32 = 128;
 
 impl SharedPlan {
     pub fn of(kernel: &Kernel, layouts: &LayoutAssignment) -> SharedPlan {
@@ -101,37 +106,52 @@ impl SharedPlan {
             .filter(|c| c.kind == ConversionKind::Stage)
             .map(|c| aligned_tile_bytes(kernel, layouts, c.value))
             .sum();
-        let mut next = 0;
-        let buffers = nested_buffer_bytes(kernel, layouts, &kernel.body, &mut next);
+        let buffers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
+            pipeline_buffer_bytes(kernel, layouts, p)
+        });
+        let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &pipeline_barrier_bytes);
+        let end = if barriers == 0 {
+            staged + buffers
+        } else {
+            (staged + buffers + barriers).next_multiple_of(SCRATCH_ALIGN)
+        };
         SharedPlan {
             staged,
-            end: staged + buffers,
+            barriers: staged + buffers,
+            end,
         }
     }
 }
 
-/// The pipeline buffers `region` needs at once: per instruction, a pipelined loop's own buffers
-/// and the most its body's loops need, the most of these over the region's instructions.
-fn nested_buffer_bytes(
-    kernel: &Kernel,
+/// What `region` needs at once of what `bytes` gives each pipelined loop: per instruction, a
+/// loop's own and the most its body's loops need, the most of these over the instructions.
+fn nested_loop_bytes(
     layouts: &LayoutAssignment,
     region: &Region,
     next: &mut usize,
+    bytes: &dyn Fn(&PipelinedLoop) -> u32,
 ) -> u32 {
     let mut most = 0;
     for inst in &region.insts {
-        let own = layouts
-            .pipeline_at(*next)
-            .map_or(0, |p| pipeline_buffer_bytes(kernel, layouts, p));
+        let own = layouts.pipeline_at(*next).map_or(0, bytes);
         *next += 1;
         let inner = nested_regions(&inst.op)
             .into_iter()
-            .map(|nested| nested_buffer_bytes(kernel, layouts, nested, next))
+            .map(|nested| nested_loop_bytes(layouts, nested, next, bytes))
             .max()
             .unwrap_or(0);
         most = most.max(own + inner);
     }
     most
+}
+
+/// The bytes of a TMA loop's `mbarrier`s, one per buffer (none without TMA).
+pub(super) fn pipeline_barrier_bytes(pipeline: &PipelinedLoop) -> u32 {
+    if pipeline.uses_tma() {
+        pipeline.stages * super::pipeline::MBARRIER_BYTES
+    } else {
+        0
+    }
 }
 
 /// The bytes of every buffer of a pipelined loop.

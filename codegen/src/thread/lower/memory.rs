@@ -153,21 +153,32 @@ impl Lowering<'_> {
         })
     }
 
+    /// A block pointer's registers; the array dimensions before the block's last `rank` are
+    /// indexed by their offsets, folded into the base.
     pub(super) fn make_block_ptr(
         &mut self,
         base: Value,
         shape: &[Value],
         strides: &[Value],
         offsets: &[Value],
+        rank: usize,
     ) -> Result<Vec<Reg>> {
         let mut fields = |values: &[Value]| -> Result<Vec<Reg>> {
             values.iter().map(|&v| self.scalar_i64(v)).collect()
         };
+        let (shape, strides, offsets) = (fields(shape)?, fields(strides)?, fields(offsets)?);
+        let lead = shape.len() - rank;
+        let elem = memory_type(self.dtype(base));
+        let mut base = self.reg(base)?;
+        for d in 0..lead {
+            let offset = self.int(IntOp::Mul, offsets[d], strides[d]);
+            base = self.ptr_add(base, offset, elem);
+        }
         let block = BlockRegs {
-            shape: fields(shape)?,
-            strides: fields(strides)?,
-            offsets: fields(offsets)?,
-            base: self.reg(base)?,
+            base,
+            shape: shape[lead..].to_vec(),
+            strides: strides[lead..].to_vec(),
+            offsets: offsets[lead..].to_vec(),
         };
         Ok(block.into_regs())
     }

@@ -72,6 +72,7 @@ pub fn lower(
         scratch: plan.end,
         next_staged: 0,
         next_buffer: plan.staged,
+        next_barrier: plan.barriers,
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
@@ -104,6 +105,7 @@ pub fn lower(
         types: lowering.types,
         body: Block { insts },
         assumptions: layouts.divisibility.assumptions.clone(),
+        tensor_maps: layouts.tensor_maps.clone(),
     })
 }
 
@@ -148,6 +150,8 @@ pub(super) struct Lowering<'a> {
     next_staged: u32,
     /// Where the next pipelined loop's buffers go: above the enclosing loops' ones.
     next_buffer: u32,
+    /// Where the next TMA loop's `mbarrier`s go (they stack as the buffers do).
+    next_barrier: u32,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
     /// Staged-tile accesses since the last barrier.
@@ -507,8 +511,8 @@ impl Lowering<'_> {
                 shape,
                 strides,
                 offsets,
-                ..
-            } => one(self.make_block_ptr(*base, shape, strides, offsets)?),
+                order,
+            } => one(self.make_block_ptr(*base, shape, strides, offsets, order.len())?),
             TileOp::Advance { ptr, offsets } => one(self.advance(*ptr, offsets)?),
             // A pipelined load is already in its shared buffer: only `dot`s read it, from there.
             TileOp::LoadBlock { .. }

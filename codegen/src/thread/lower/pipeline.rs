@@ -17,15 +17,36 @@
 //! A copy moves 16 bytes; a row outside the array, or an iteration past the loop's end, copies
 //! zero source bytes (zero-filled, nothing read). Every thread commits a group each time, empty
 //! or not, so that the wait counts stay uniform.
+//!
+//! With TMA ([`crate::layout::pipeline`]) thread 0 copies whole tiles, one `mbarrier` per buffer:
+//!
+//! ```text
+//! [bar.sync, if staged tiles were read]
+//! mbarrier.init bar(s), 1 (thread 0); fence.mbarrier_init; bar.sync    // everyone sees them
+//! for s in 0 .. stages - 1, if iteration s exists (thread 0):
+//!     mbarrier.arrive.expect_tx bar(s), bytes of the tiles; cp.async.bulk.tensor per slab -> buffer s
+//! for iv, slot = 0, phase = 0:
+//!     mbarrier.wait.parity bar(slot), phase   // this iteration's tiles landed
+//!     bar.sync                                // buffer slot - 1 is read out
+//!     [thread 0, if iteration iv + (stages - 1) step exists: copies into buffer slot - 1]
+//!     ... the body ...
+//!     yield .., slot + 1 (mod stages), phase flipped where the slot wraps
+//! bar.sync; mbarrier.inval bar(s) (thread 0)  // nothing in flight: past the end nothing was issued
+//! ```
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::{SharedBase, SharedTile, aligned_tile_bytes, pipeline_buffer_bytes};
+use super::dot::{
+    SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes, pipeline_buffer_bytes,
+};
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
-use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop};
-use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
+use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, TmaLoad};
+use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
+
+/// Bytes of one `mbarrier`.
+pub(super) const MBARRIER_BYTES: u32 = 8;
 
 /// A pipelined loop's buffers and bounds, while its body is lowered.
 pub(super) struct Pipeline {
@@ -34,6 +55,16 @@ pub(super) struct Pipeline {
     buffers: Vec<(u32, u32)>,
     upper: Reg,
     step: Reg,
+    /// With TMA: the first buffer's `mbarrier` (the others follow) and whether this thread
+    /// issues the copies.
+    tma: Option<(u32, Reg)>,
+}
+
+impl Pipeline {
+    /// The registers the loop carries for it: the buffer slot, and with TMA the phase parity.
+    pub fn state_len(&self) -> usize {
+        if self.tma.is_some() { 2 } else { 1 }
+    }
 }
 
 impl Lowering<'_> {
@@ -54,15 +85,39 @@ impl Lowering<'_> {
             buffers.push((self.next_buffer, bytes));
             self.next_buffer += loop_info.stages * bytes;
         }
+        let tma = loop_info.uses_tma().then(|| {
+            let zero = self.i32_const(0);
+            (self.next_barrier, self.icmp(IntCmp::Eq, self.tid, zero))
+        });
+        self.next_barrier += pipeline_barrier_bytes(loop_info);
         let pipeline = Pipeline {
             loop_info: loop_info.clone(),
             buffers,
             upper,
             step,
+            tma,
         };
         // The buffers may still be read by what ran before (an outer loop's last iteration).
         if self.pending.reads {
             self.barrier();
+        }
+        if let Some((barriers, issuer)) = pipeline.tma {
+            for stage in 0..loop_info.stages {
+                let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
+                self.emit_effect(Op::MbarrierInit {
+                    bar,
+                    count: 1,
+                    pred: issuer,
+                });
+            }
+            self.emit_effect(Op::FenceMbarrierInit);
+            self.barrier();
+            for ahead in 0..loop_info.stages - 1 {
+                let exists = self.iteration_exists(&pipeline, lower, ahead)?;
+                let stage = self.i32_const(ahead as i64);
+                self.issue_tma(inst, &pipeline, body_params, init, ahead, exists, stage)?;
+            }
+            return Ok(pipeline);
         }
         for ahead in 0..loop_info.stages - 1 {
             let exists = self.iteration_exists(&pipeline, lower, ahead)?;
@@ -78,8 +133,8 @@ impl Lowering<'_> {
     }
 
     /// At the top of the body: waits for this iteration's tiles, binds each pipelined load to
-    /// its buffer `slot`, and issues the copies `stages - 1` iterations ahead into the buffer
-    /// the previous iteration read. Returns the next iteration's slot.
+    /// its buffer `slot` (`state[0]`), and issues the copies `stages - 1` iterations ahead into
+    /// the buffer the previous iteration read. Returns the next iteration's state.
     pub(super) fn pipeline_top(
         &mut self,
         inst: &TileInst,
@@ -87,12 +142,22 @@ impl Lowering<'_> {
         body_params: &[Value],
         params: &[Vec<Reg>],
         iv: Reg,
-        slot: Reg,
-    ) -> Result<Reg> {
+        state: &[Reg],
+    ) -> Result<Vec<Reg>> {
         let stages = pipeline.loop_info.stages;
-        self.emit_effect(Op::CpAsyncWait {
-            pending: stages - 2,
-        });
+        let slot = state[0];
+        match pipeline.tma {
+            Some((barriers, _)) => {
+                let bar = self.barrier_of(barriers, slot);
+                self.emit_effect(Op::MbarrierWait {
+                    bar,
+                    parity: state[1],
+                });
+            }
+            None => self.emit_effect(Op::CpAsyncWait {
+                pending: stages - 2,
+            }),
+        }
         self.barrier();
         let zero = self.i32_const(0);
         let last = self.i32_const(stages as i64 - 1);
@@ -113,38 +178,210 @@ impl Lowering<'_> {
             let (buffers, bytes) = pipeline.buffers[i];
             let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
             self.shared_tiles.insert(load.value, tile);
-            let carried = carried_index(inst, body_params, load.param)?;
-            let base = SharedBase::Slot {
-                buffers,
-                bytes,
-                slot: write_slot,
-            };
-            self.issue_copies(inst, load, &params[carried], ahead, exists, base)?;
         }
-        self.emit_effect(Op::CpAsyncCommit);
+        if pipeline.tma.is_some() {
+            self.issue_tma(
+                inst,
+                pipeline,
+                body_params,
+                params,
+                ahead,
+                exists,
+                write_slot,
+            )?;
+        } else {
+            for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
+                let (buffers, bytes) = pipeline.buffers[i];
+                let carried = carried_index(inst, body_params, load.param)?;
+                let base = SharedBase::Slot {
+                    buffers,
+                    bytes,
+                    slot: write_slot,
+                };
+                self.issue_copies(inst, load, &params[carried], ahead, exists, base)?;
+            }
+            self.emit_effect(Op::CpAsyncCommit);
+        }
         // With two buffers the next iteration reads the one just written.
-        if stages == 2 {
-            return Ok(write_slot);
+        let next = if stages == 2 {
+            write_slot
+        } else {
+            let after = self.int(IntOp::Add, slot, one);
+            let stages_reg = self.i32_const(stages as i64);
+            let wraps = self.icmp(IntCmp::Eq, after, stages_reg);
+            self.emit(
+                Op::Select {
+                    cond: wraps,
+                    if_true: zero,
+                    if_false: after,
+                },
+                Type::I32,
+            )
+        };
+        if pipeline.tma.is_none() {
+            return Ok(vec![next]);
         }
-        let after = self.int(IntOp::Add, slot, one);
-        let stages_reg = self.i32_const(stages as i64);
-        let wraps = self.icmp(IntCmp::Eq, after, stages_reg);
-        Ok(self.emit(
-            Op::Select {
-                cond: wraps,
-                if_true: zero,
-                if_false: after,
-            },
-            Type::I32,
-        ))
+        // Each pass over the buffers waits for the other phase parity.
+        let wraps = self.icmp(IntCmp::Eq, next, zero);
+        let flip = self.emit(Op::Cast(Cast::ZExt, wraps), Type::I32);
+        Ok(vec![next, self.int(IntOp::Xor, state[1], flip)])
     }
 
     /// After the loop: no copy stays in flight (the last iterations' copies of iterations past
-    /// the end still zero-fill their buffers), and the buffers are free for the next loop (whose
-    /// prologue meets a barrier first: anything may be pending after a loop).
+    /// the end still zero-fill their buffers; TMA issues none past the end), and the buffers are
+    /// free for the next loop (whose prologue meets a barrier first: anything may be pending
+    /// after a loop). TMA's barriers are invalidated once everyone has stopped waiting on them.
     pub(super) fn pipeline_drain(&mut self, pipeline: &Pipeline) {
-        self.emit_effect(Op::CpAsyncWait { pending: 0 });
+        match pipeline.tma {
+            Some((barriers, issuer)) => {
+                self.barrier();
+                for stage in 0..pipeline.loop_info.stages {
+                    let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
+                    self.emit_effect(Op::MbarrierInval { bar, pred: issuer });
+                }
+            }
+            None => self.emit_effect(Op::CpAsyncWait { pending: 0 }),
+        }
         self.next_buffer -= pipeline_buffer_bytes(self.kernel, self.layouts, &pipeline.loop_info);
+        self.next_barrier -= pipeline_barrier_bytes(&pipeline.loop_info);
+    }
+
+    fn shared_address(&mut self, offset: u32) -> Reg {
+        self.emit(Op::SharedAddress { offset }, Type::Ptr(Space::Shared))
+    }
+
+    /// The `mbarrier` of buffer `slot` (an i32 register).
+    fn barrier_of(&mut self, barriers: u32, slot: Reg) -> Reg {
+        let first = self.shared_address(barriers);
+        let bytes = self.i32_const(MBARRIER_BYTES as i64);
+        let offset = self.int(IntOp::Mul, slot, bytes);
+        self.emit(
+            Op::PtrAdd {
+                ptr: first,
+                offset,
+                elem: Type::I8,
+            },
+            Type::Ptr(Space::Shared),
+        )
+    }
+
+    /// Thread 0's TMA copies of every load's tile `ahead` iterations after the one the carried
+    /// block pointers (`blocks`, by carried value) point at, into buffer `stage` (an i32
+    /// register), where the iteration `exists`: one arrival expecting all their bytes, then a
+    /// copy per slab of each tile.
+    #[allow(clippy::too_many_arguments)]
+    fn issue_tma(
+        &mut self,
+        inst: &TileInst,
+        pipeline: &Pipeline,
+        body_params: &[Value],
+        blocks: &[Vec<Reg>],
+        ahead: u32,
+        exists: Reg,
+        stage: Reg,
+    ) -> Result<()> {
+        let Some((barriers, issuer)) = pipeline.tma else {
+            return Err(unsupported(
+                inst,
+                "expected a pipelined loop that copies with TMA",
+            ));
+        };
+        let pred = self.int(IntOp::And, issuer, exists);
+        let bar = self.barrier_of(barriers, stage);
+        let bytes = pipeline
+            .loop_info
+            .loads
+            .iter()
+            .map(|l| {
+                (self.kernel.ty(l.value).num_elements() * self.dtype(l.value).size_bytes()) as u32
+            })
+            .sum();
+        self.emit_effect(Op::MbarrierArriveExpectTx { bar, bytes, pred });
+        for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
+            let Some(TmaLoad { map, leading, slab }) = &load.tma else {
+                return Err(unsupported(inst, "expected a load that copies with TMA"));
+            };
+            let carried = carried_index(inst, body_params, load.param)?;
+            let block = self.advanced_block(load, &blocks[carried], ahead)?;
+            let (buffers, buffer_bytes) = pipeline.buffers[i];
+            let first = self.shared_address(buffers);
+            let size = self.i32_const(buffer_bytes as i64);
+            let offset = self.int(IntOp::Mul, stage, size);
+            let tile = self.emit(
+                Op::PtrAdd {
+                    ptr: first,
+                    offset,
+                    elem: Type::I8,
+                },
+                Type::Ptr(Space::Shared),
+            );
+            let [rows, cols] = <[usize; 2]>::try_from(self.shape(load.value))
+                .map_err(|_| unsupported(inst, "expected a 2-D pipelined load"))?;
+            let slab_bytes = (rows * slab * self.dtype(load.value).size_bytes()) as i64;
+            let narrow = |this: &mut Self, r: Reg| this.emit(Op::Cast(Cast::Trunc, r), Type::I32);
+            let row = narrow(self, block.offsets[0]);
+            let col = narrow(self, block.offsets[1]);
+            let mut lead = Vec::new();
+            for &v in leading.iter().rev() {
+                let r = self.reg(v)?;
+                lead.push(match self.ty(r) {
+                    Type::I32 => r,
+                    _ => narrow(self, r),
+                });
+            }
+            for s in 0..cols / slab {
+                let dst = if s == 0 {
+                    tile
+                } else {
+                    let skip = self.i32_const(s as i64 * slab_bytes);
+                    self.emit(
+                        Op::PtrAdd {
+                            ptr: tile,
+                            offset: skip,
+                            elem: Type::I8,
+                        },
+                        Type::Ptr(Space::Shared),
+                    )
+                };
+                let first_col = self.i32_const((s * slab) as i64);
+                let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
+                coords.extend(&lead);
+                self.emit_effect(Op::TmaLoad {
+                    dst,
+                    map: *map,
+                    coords,
+                    bar,
+                    pred,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The registers of `block` moved `ahead` iterations along `load`'s deltas.
+    fn advanced_block(
+        &mut self,
+        load: &PipelinedLoad,
+        block: &[Reg],
+        ahead: u32,
+    ) -> Result<BlockRegs> {
+        let mut block = BlockRegs::from_regs(block);
+        for (offset, delta) in block.offsets.iter_mut().zip(&load.deltas) {
+            let distance = match *delta {
+                Delta::Constant(c) => self.int_const(Type::I64, c * ahead as i64),
+                Delta::Value(value) => {
+                    let reg = self.reg(value)?;
+                    let reg = match self.ty(reg) {
+                        Type::I64 => reg,
+                        _ => self.emit(Op::Cast(Cast::SExt, reg), Type::I64),
+                    };
+                    let times = self.int_const(Type::I64, ahead as i64);
+                    self.int(IntOp::Mul, reg, times)
+                }
+            };
+            *offset = self.int(IntOp::Add, *offset, distance);
+        }
+        Ok(block)
     }
 
     /// Whether iteration `from + ahead * step` of the loop exists: the step is positive,
@@ -213,22 +450,7 @@ impl Lowering<'_> {
         exists: Reg,
         base: SharedBase,
     ) -> Result<()> {
-        let mut block = BlockRegs::from_regs(block);
-        for (offset, delta) in block.offsets.iter_mut().zip(&load.deltas) {
-            let distance = match *delta {
-                Delta::Constant(c) => self.int_const(Type::I64, c * ahead as i64),
-                Delta::Value(value) => {
-                    let reg = self.reg(value)?;
-                    let reg = match self.ty(reg) {
-                        Type::I64 => reg,
-                        _ => self.emit(Op::Cast(Cast::SExt, reg), Type::I64),
-                    };
-                    let times = self.int_const(Type::I64, ahead as i64);
-                    self.int(IntOp::Mul, reg, times)
-                }
-            };
-            *offset = self.int(IntOp::Add, *offset, distance);
-        }
+        let block = self.advanced_block(load, block, ahead)?;
         let Some(Layout::Blocked(blocked)) = self.layouts.layout(load.value).cloned() else {
             return Err(unsupported(
                 inst,

@@ -1,0 +1,203 @@
+//! The Tensor Memory Accelerator as the emulator runs it: a `cp.async.bulk.tensor` reads its
+//! box through the launch's tensor map when it is issued, and its bytes land, visible to every
+//! thread, when a wait finds the phase of its `mbarrier` complete (every arrival made and every
+//! expected byte copied); until then nobody may touch them. A wait for a phase that nothing
+//! can complete is a deadlock on the GPU and an error here.
+//!
+//! The swizzle is TMA's own (CUDA's `CU_TENSOR_MAP_SWIZZLE_{32,64,128}B`, on shared byte
+//! addresses: the 16-byte chunk index within each span XORed with the span's row bits), not
+//! kiln's layout code, so that a shared layout TMA cannot write fails here.
+
+use std::collections::HashMap;
+
+use kiln_dsl::{DType, TensorMapParams};
+
+use super::memory::{Global, Shared};
+use crate::thread::Type;
+
+/// Shared memory's alignment for a TMA destination.
+const DST_ALIGN: u64 = 128;
+
+/// One `mbarrier` object: its arrival count and the state of its current phase.
+#[derive(Debug)]
+pub(super) struct Mbarrier {
+    count: u32,
+    /// Arrivals the current phase still waits for.
+    pending: u32,
+    /// Transaction bytes the arrivals announced, and those the copies have delivered.
+    expected: u64,
+    delivered: u64,
+    /// The current phase's parity.
+    parity: u32,
+    /// Copies of the current phase: where their bytes land, and the bytes.
+    copies: Vec<(u64, Vec<u8>)>,
+}
+
+/// Every `mbarrier` of a block, by shared address.
+#[derive(Debug, Default)]
+pub(super) struct Mbarriers(HashMap<u64, Mbarrier>);
+
+impl Mbarriers {
+    pub fn init(&mut self, bar: u64, count: u32) -> Result<(), String> {
+        if !bar.is_multiple_of(8) {
+            return Err(format!("mbarrier at shared byte {bar}, not 8-byte aligned"));
+        }
+        if self.0.contains_key(&bar) {
+            return Err(format!(
+                "mbarrier at shared byte {bar} initialised again without mbarrier.inval"
+            ));
+        }
+        self.0.insert(
+            bar,
+            Mbarrier {
+                count,
+                pending: count,
+                expected: 0,
+                delivered: 0,
+                parity: 0,
+                copies: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn get(&mut self, bar: u64) -> Result<&mut Mbarrier, String> {
+        self.0
+            .get_mut(&bar)
+            .ok_or_else(|| format!("no mbarrier initialised at shared byte {bar}"))
+    }
+
+    pub fn arrive_expect_tx(&mut self, bar: u64, bytes: u32) -> Result<(), String> {
+        let barrier = self.get(bar)?;
+        if barrier.pending == 0 {
+            return Err(format!(
+                "arrival on the mbarrier at shared byte {bar}, whose phase has all its arrivals"
+            ));
+        }
+        barrier.pending -= 1;
+        barrier.expected += bytes as u64;
+        Ok(())
+    }
+
+    /// A TMA copy into `dst` through `map` at `coords` (innermost first), completing its bytes on
+    /// `bar`: read now, landing when the phase completes.
+    pub fn copy(
+        &mut self,
+        shared: &mut Shared,
+        global: &Global<'_>,
+        map: &TensorMapParams,
+        dst: u64,
+        coords: &[i64],
+        bar: u64,
+        thread: u32,
+    ) -> Result<(), String> {
+        if !dst.is_multiple_of(DST_ALIGN) {
+            return Err(format!(
+                "TMA copy to shared byte {dst}, not {DST_ALIGN}-byte aligned"
+            ));
+        }
+        if coords.len() != map.dims.len() {
+            return Err(format!(
+                "TMA copy with {} coordinates through a rank-{} tensor map",
+                coords.len(),
+                map.dims.len()
+            ));
+        }
+        let ty = match map.dtype {
+            DType::F16 => Type::F16,
+            DType::BF16 => Type::BF16,
+            other => return Err(format!("TMA copy of {other}, which kiln never emits")),
+        };
+        let elem = ty.bytes() as u64;
+        let inner = map.box_dims[0] as u64 * elem;
+        if inner != map.swizzle_bytes as u64 {
+            return Err(format!(
+                "TMA box rows of {inner} bytes with a {}-byte swizzle",
+                map.swizzle_bytes
+            ));
+        }
+        let elements: u64 = map.box_dims.iter().map(|&b| b as u64).product();
+        let mut bytes = vec![0u8; (elements * elem) as usize];
+        for e in 0..elements {
+            // The box element's coordinates, innermost first.
+            let mut rest = e;
+            let mut address = map.address as i64;
+            let mut inside = true;
+            for (d, &size) in map.box_dims.iter().enumerate() {
+                let at = coords[d] + (rest % size as u64) as i64;
+                rest /= size as u64;
+                inside &= (0..map.dims[d] as i64).contains(&at);
+                let stride = if d == 0 {
+                    elem
+                } else {
+                    map.byte_strides[d - 1]
+                };
+                address += at * stride as i64;
+            }
+            if !inside {
+                continue;
+            }
+            let bits = global.read(address as u64, ty)?;
+            let linear = dst + e * elem;
+            let at = (swizzled(linear, map.swizzle_bytes) - dst) as usize;
+            bytes[at..at + elem as usize].copy_from_slice(&bits.to_le_bytes()[..elem as usize]);
+        }
+        for chunk in (0..bytes.len()).step_by(16) {
+            shared.start_copy(dst + chunk as u64, 16, thread)?;
+        }
+        let barrier = self.get(bar)?;
+        barrier.delivered += bytes.len() as u64;
+        barrier.copies.push((dst, bytes));
+        Ok(())
+    }
+
+    /// Waits for the phase of parity `parity` of `bar`: returns at once if it completed,
+    /// completes it (its copies land) if it can, else reports the deadlock.
+    pub fn wait(&mut self, shared: &mut Shared, bar: u64, parity: u32) -> Result<(), String> {
+        let barrier = self.get(bar)?;
+        if barrier.parity != parity & 1 {
+            return Ok(());
+        }
+        if barrier.pending > 0 || barrier.delivered != barrier.expected {
+            return Err(format!(
+                "deadlock: waiting for phase parity {parity} of the mbarrier at shared byte {bar}, \
+                 which {} more arrival(s) and {} of {} transaction bytes would complete",
+                barrier.pending, barrier.delivered, barrier.expected
+            ));
+        }
+        for (dst, bytes) in barrier.copies.drain(..) {
+            shared.land_async(dst, &bytes);
+        }
+        barrier.parity ^= 1;
+        barrier.pending = barrier.count;
+        barrier.expected = 0;
+        barrier.delivered = 0;
+        Ok(())
+    }
+
+    pub fn inval(&mut self, bar: u64) -> Result<(), String> {
+        let barrier = self.get(bar)?;
+        if !barrier.copies.is_empty() {
+            return Err(format!(
+                "mbarrier at shared byte {bar} invalidated with copies in flight"
+            ));
+        }
+        self.0.remove(&bar);
+        Ok(())
+    }
+
+    /// A barrier whose copies never landed, at the kernel's end.
+    pub fn in_flight(&self) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|(_, b)| !b.copies.is_empty())
+            .map(|(&bar, _)| bar)
+    }
+}
+
+/// TMA's swizzle of a shared byte address: bits `[4, 4 + log2(span / 16))` XOR the bits
+/// `[7, ..)` above them (16-byte chunks within each 128-byte line, by line).
+fn swizzled(address: u64, span: u32) -> u64 {
+    let chunks = (span / 16) as u64 - 1;
+    address ^ (((address >> 7) & chunks) << 4)
+}
