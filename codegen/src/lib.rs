@@ -33,7 +33,9 @@
 //! [`CompileOptions::wgmma`], on Hopper's warpgroup tensor cores (`wgmma.mma_async`, operands
 //! read from shared memory through matrix descriptors, [`layout::wgmma`]), with dynamic shared
 //! memory above 48 KiB. Loops that stream block-pointer tiles into `dot` are software-pipelined
-//! with `cp.async` ([`CompileOptions::num_stages`], [`layout::pipeline`]), and block-pointer loads
+//! with `cp.async` ([`CompileOptions::num_stages`], [`layout::pipeline`]), or on `wgmma` with TMA
+//! (`cp.async.bulk.tensor` on `mbarrier`s) where the kernel's arguments describe the array whole
+//! (the tensor maps a launch builds are [`Compiled::tensor_maps`]), and block-pointer loads
 //! and stores move up to 16 bytes per vector where [`layout::divisibility`] proves it aligned
 //! from what the launcher guarantees ([`CompileOptions::divisibility`]). The attention kernels
 //! (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two

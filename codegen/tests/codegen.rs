@@ -628,12 +628,12 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (128 x 128), the first K tile (64 x 128, before the loop that overlaps the softmax), and
+    // Q (64 x 128), the first K tile (64 x 128, before the loop that overlaps the softmax), and
     // two buffers each of K and V (64 x 128), bf16; 1024-byte aligned for `wgmma`'s swizzle;
     // then the two TMA barriers of the buffers (8 bytes each), padded to 128.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (128 + 64 + 2 * (64 + 64)) * 128 * 2 + 128
+        (64 + 64 + 2 * (64 + 64)) * 128 * 2 + 128
     );
     assert!(
         compiled

@@ -10,6 +10,8 @@
 //!   primary context, with a stream; [`Module`]s loaded from PTX; [`DeviceBuffer`]s copied to and
 //!   from the interpreter's [`kiln_dsl::HostBuffer`]s; [`Device::launch`] checks arguments
 //!   against the kernel's parameters.
+//! - Every launch path encodes the Hopper tensor maps a kernel's PTX asks for (its TMA copies')
+//!   from the launch's arguments and passes them after them (the `tensor_map` module).
 //! - [`Context`] and [`ModuleCache`]: the prebuilt kernels' path: the context current on the
 //!   calling thread (PyTorch's) or device 0's primary one, each module loaded once per context,
 //!   launches on raw device addresses and a caller's stream.

@@ -10,8 +10,8 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma (causal: 128 x 64, 4, 2) | 64, 4 | 64 x 128, 4, 2, wgmma | 128 x 64, 4, 2, wgmma (causal: 64 x 64, 4, 3) |
-//! | sm_90a | 128 | 128 x 64, 4, 2, wgmma (causal: 64 x 64) | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma | 64, 4 | 64 x 128, 4, 2, wgmma | 128 x 64, 4, 2, wgmma (causal: 64 x 64, 4, 3) |
+//! | sm_90a | 128 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
@@ -213,11 +213,9 @@ pub fn config(
             c(128, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 128) => [
-            if causal {
-                c(64, 64, 4, 2).on_wgmma()
-            } else {
-                c(128, 64, 4, 2).on_wgmma()
-            },
+            // With K and V on TMA, 64-row blocks: 1.25x 128 x 64 (255 registers, spilling),
+            // causal or not (`kiln tune`, seqlen 8192, docs/PERF.md, 2026-11-25).
+            c(64, 64, 4, 2).on_wgmma(),
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
