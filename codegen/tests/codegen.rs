@@ -601,8 +601,8 @@ fn skeleton(thread: &str) -> String {
 }
 
 /// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
-/// or with TMA where the forward runs on `wgmma` (it describes K and V whole), and the tiles
-/// they load and store outside the loops move 16 bytes per vector.
+/// or with TMA where they run on `wgmma` (every kernel describes its streamed tensors whole),
+/// and the tiles they load and store outside the loops move 16 bytes per vector.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
@@ -611,7 +611,7 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                 let case = attention_case(name, F16, head_dim, false, target);
                 assert!(case.num_stages > 1, "{} is not pipelined", case.name);
                 let ptx = compile_case(&case).ptx().to_string();
-                let copy = if name == "attention_fwd" && case.wgmma {
+                let copy = if case.wgmma {
                     "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                 } else {
                     "cp.async.cg.shared.global"

@@ -21,7 +21,7 @@
 //!
 //! Where `dot`s run on `wgmma` (sm_90a), a loop whose every load reads an array described whole
 //! by kernel arguments (its block pointer comes, through `advance`s and loops that carry it, from
-//! a top-level `make_block_ptr` whose base is a pointer argument and whose shape and strides are
+//! a `make_block_ptr` whose base is a pointer argument and whose shape and strides are
 //! arguments or constants, the last stride 1) copies with the Tensor Memory Accelerator instead:
 //! one thread issues a `cp.async.bulk.tensor` per 128-byte-wide slab of each tile, on an
 //! `mbarrier` per buffer that everyone waits on. The launch builds the arrays' tensor maps
@@ -268,10 +268,9 @@ fn tma_view(
     carriers: &HashMap<Value, (&Inst, usize)>,
     load: &PipelinedLoad,
 ) -> Option<(TensorMapSpec, Vec<Value>, usize)> {
+    // Reached through values the loop sees, the `make_block_ptr` is in a region around the
+    // loop: its leading offsets are in scope there.
     let origin = block_origin(definitions, carriers, load.param)?;
-    if !kernel.body.insts.iter().any(|i| std::ptr::eq(i, origin)) {
-        return None;
-    }
     let Op::MakeBlockPtr {
         base,
         shape,

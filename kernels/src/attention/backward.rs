@@ -14,7 +14,7 @@
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, key_range, lse_log2, mask_scores, query_block, row_block,
+    check_head_dim, head_base, head_rows, key_range, lse_log2, mask_scores, query_block, row_block,
 };
 
 /// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32; with `ZERO_DQ_ACCUM` (the
@@ -130,6 +130,8 @@ pub fn attention_bwd_dq<
     seqlen_k: i32,
     heads_q: i32,
     group: i32,
+    batches: i32,
+    heads_kv: i32,
     q_batch_stride: i64,
     q_seq_stride: i64,
     q_head_stride: i64,
@@ -155,8 +157,6 @@ pub fn attention_bwd_dq<
     let head_kv = head / group;
 
     let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
-    let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
-    let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
     let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
     let dq_base = head_base::<T>(dq, batch, head, dq_batch_stride, dq_head_stride);
 
@@ -164,8 +164,29 @@ pub fn attention_bwd_dq<
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
     let do_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
-    let mut k_block = row_block::<T, HEAD_DIM, BLOCK_N>(k_base, seqlen_k, k_seq_stride, 0);
-    let mut v_block = row_block::<T, HEAD_DIM, BLOCK_N>(v_base, seqlen_k, v_seq_stride, 0);
+    // Described whole: the key loop may stream K and V with TMA.
+    let mut k_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        k,
+        batches,
+        heads_kv,
+        seqlen_k,
+        k_batch_stride,
+        k_head_stride,
+        k_seq_stride,
+        batch,
+        head_kv,
+    );
+    let mut v_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        v,
+        batches,
+        heads_kv,
+        seqlen_k,
+        v_batch_stride,
+        v_head_stride,
+        v_seq_stride,
+        batch,
+        head_kv,
+    );
     let q_tile = load(q_block, [0]);
     let do_tile = load(do_block, [0]);
 
@@ -231,6 +252,8 @@ pub fn attention_bwd_dkdv<
     seqlen_k: i32,
     heads_kv: i32,
     group: i32,
+    batches: i32,
+    heads_q: i32,
     q_batch_stride: i64,
     q_seq_stride: i64,
     q_head_stride: i64,
@@ -288,13 +311,32 @@ pub fn attention_bwd_dkdv<
     let mut dv_acc = zeros([BLOCK_N, HEAD_DIM], f32);
     for member in 0..group {
         let head = head_kv * group + member;
-        let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
-        let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
-        let row_base = (batch * (heads_kv * group) + head).to::<i64>() * seqlen_q;
-        let mut q_block =
-            row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, begin_m);
-        let mut do_block =
-            row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, begin_m);
+        let row_base = (batch * heads_q + head).to::<i64>() * seqlen_q;
+        // Described whole: the query loop may stream Q and dO with TMA.
+        let q_rows = head_rows::<T, HEAD_DIM, BLOCK_M>(
+            q,
+            batches,
+            heads_q,
+            seqlen_q,
+            q_batch_stride,
+            q_head_stride,
+            q_seq_stride,
+            batch,
+            head,
+        );
+        let do_rows = head_rows::<T, HEAD_DIM, BLOCK_M>(
+            d_o,
+            batches,
+            heads_q,
+            seqlen_q,
+            do_batch_stride,
+            do_head_stride,
+            do_seq_stride,
+            batch,
+            head,
+        );
+        let mut q_block = advance(q_rows, [begin_m, 0]);
+        let mut do_block = advance(do_rows, [begin_m, 0]);
         for start_m in (begin_m..seqlen_q).step_by(BLOCK_M) {
             let q_tile = load(q_block, [0]);
             let do_tile = load(do_block, [0]);

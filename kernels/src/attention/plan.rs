@@ -321,6 +321,8 @@ fn backward_args(
                 Arg::I32(p.seqlen_k as i32),
                 Arg::I32(p.heads_q as i32),
                 Arg::I32(p.group() as i32),
+                Arg::I32(p.batch as i32),
+                Arg::I32(p.heads_kv as i32),
             ]);
             for layout in [layouts.q, layouts.k, layouts.v, layouts.d_o, layouts.dq] {
                 args.extend(strides(layout));
@@ -345,6 +347,8 @@ fn backward_args(
                 Arg::I32(p.seqlen_k as i32),
                 Arg::I32(p.heads_kv as i32),
                 Arg::I32(p.group() as i32),
+                Arg::I32(p.batch as i32),
+                Arg::I32(p.heads_q as i32),
             ]);
             for layout in [
                 layouts.q,
