@@ -14,7 +14,8 @@
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, head_rows, key_range, lse_log2, mask_scores, query_block, row_block,
+    check_head_dim, head_base, head_rows, key_blocks, key_range, lse_log2, mask_scores,
+    query_block, row_block,
 };
 
 /// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32; with `ZERO_DQ_ACCUM` (the
@@ -164,23 +165,15 @@ pub fn attention_bwd_dq<
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
     let do_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
-    // Described whole: the key loop may stream K and V with TMA.
-    let mut k_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+    let (mut k_block, mut v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
         k,
+        v,
         batches,
         heads_kv,
         seqlen_k,
         k_batch_stride,
         k_head_stride,
         k_seq_stride,
-        batch,
-        head_kv,
-    );
-    let mut v_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
-        v,
-        batches,
-        heads_kv,
-        seqlen_k,
         v_batch_stride,
         v_head_stride,
         v_seq_stride,

@@ -74,6 +74,49 @@ pub fn head_rows<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
+/// The K and V blocks of the first `BLOCK_N` keys of kv head `head_kv` of batch `batch`
+/// ([`head_rows`]): what the forward and dQ stream, with TMA where they run on `wgmma`.
+#[kernel_fn]
+pub fn key_blocks<T, const HEAD_DIM: usize, const BLOCK_N: usize>(
+    k: Ptr<T>,
+    v: Ptr<T>,
+    batches: i32,
+    heads_kv: i32,
+    seqlen_k: i32,
+    k_batch_stride: i64,
+    k_head_stride: i64,
+    k_seq_stride: i64,
+    v_batch_stride: i64,
+    v_head_stride: i64,
+    v_seq_stride: i64,
+    batch: i32,
+    head_kv: i32,
+) -> (BlockPtr<T>, BlockPtr<T>) {
+    let k_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        k,
+        batches,
+        heads_kv,
+        seqlen_k,
+        k_batch_stride,
+        k_head_stride,
+        k_seq_stride,
+        batch,
+        head_kv,
+    );
+    let v_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+        v,
+        batches,
+        heads_kv,
+        seqlen_k,
+        v_batch_stride,
+        v_head_stride,
+        v_seq_stride,
+        batch,
+        head_kv,
+    );
+    (k_block, v_block)
+}
+
 /// The query block this dQ program holds. Causal, a block's work grows with its index, so
 /// programs take the last (longest) blocks first: the grid's last wave then runs the shortest
 /// ones instead of leaving most SMs idle while the longest finish (+1-5% at 16k on an H100,

@@ -19,7 +19,7 @@
 
 use kiln_dsl::{kernel, kernel_fn};
 
-use super::common::{check_head_dim, head_base, head_rows, key_range, mask_scores, row_block};
+use super::common::{check_head_dim, head_base, key_blocks, key_range, mask_scores, row_block};
 
 #[kernel]
 pub fn attention_fwd<
@@ -67,23 +67,15 @@ pub fn attention_fwd<
 
     let q_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
-    // K and V are described whole: the key loops may stream them with TMA.
-    let mut k_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
+    let (mut k_block, mut v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
         k,
+        v,
         batches,
         heads_kv,
         seqlen_k,
         k_batch_stride,
         k_head_stride,
         k_seq_stride,
-        batch,
-        head_kv,
-    );
-    let mut v_block = head_rows::<T, HEAD_DIM, BLOCK_N>(
-        v,
-        batches,
-        heads_kv,
-        seqlen_k,
         v_batch_stride,
         v_head_stride,
         v_seq_stride,
