@@ -10,7 +10,7 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma | 64, 4 | 64 x 128, 4, 2, wgmma | 128 x 64, 4, 2, wgmma (causal: 64 x 64, 4, 3) |
+//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma | 64, 4 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -203,9 +203,10 @@ pub fn config(
             // On `wgmma` since its masks left the unmasked loop: 1.16x `mma.sync`'s 128 x 64
             // on 2 stages (docs/PERF.md, 2026-11-25, second session).
             c(128, 64, 4, 3).on_wgmma(),
-            c(64, 128, 4, 2).on_wgmma(),
-            // Three stages: 1.07x two at 128 x 64 (docs/PERF.md, 2026-11-25).
-            c(64, 64, 4, 3).on_wgmma(),
+            // On TMA: 1.04x 64 x 128 for dQ, and dK/dV back to the full one's 128 x 64,
+            // 1.10x 64 x 64 on 3 stages (docs/PERF.md, 2026-11-25, third session).
+            c(64, 64, 4, 2).on_wgmma(),
+            c(128, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 64) => [
             c(128, 64, 4, 3).on_wgmma(),
