@@ -514,7 +514,7 @@ fn the_emulator_finds_reads_of_copies_in_flight() {
     drop_insts(&mut early.body, &no_wait);
     let err = emulate::run(&early, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
     assert!(
-        err.to_string().contains("while a cp.async writes it"),
+        err.to_string().contains("while an async copy writes it"),
         "{err}"
     );
     assert_eq!(
@@ -526,6 +526,41 @@ fn the_emulator_finds_reads_of_copies_in_flight() {
     drop_insts(&mut unmet.body, &|op| *op == Op::Barrier);
     let err = emulate::run(&unmet, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
     assert!(err.to_string().contains("race: shared byte"), "{err}");
+}
+
+/// TMA's copies as the emulator checks them (the GEMM on `wgmma`, whose K loop copies with
+/// TMA): without the wait, the body reads bytes a copy is still writing; without the arrival
+/// or the copy, or with a box smaller than the bytes the arrival expects, the wait waits for a
+/// phase nothing completes (a hang on the GPU).
+#[test]
+fn the_emulator_finds_tma_copies_misused() {
+    use kiln_codegen::thread::Op;
+    let case = case("gemm_f16_wgmma_m64_n64_k32_s3_w4_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    assert!(!program.tensor_maps.is_empty(), "the GEMM's K loop is not on TMA");
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    let mut unwaited = program.clone();
+    drop_insts(&mut unwaited.body, &|op| matches!(op, Op::MbarrierWait { .. }));
+    let err = emulated(&unwaited).unwrap_err();
+    assert!(err.to_string().contains("while an async copy writes it"), "{err}");
+    for dropped in [
+        &(|op: &Op| matches!(op, Op::MbarrierArriveExpectTx { .. })) as &dyn Fn(&Op) -> bool,
+        &|op: &Op| matches!(op, Op::TmaLoad { .. }),
+    ] {
+        let mut stuck = program.clone();
+        drop_insts(&mut stuck.body, dropped);
+        let err = emulated(&stuck).unwrap_err();
+        assert!(err.to_string().contains("deadlock: waiting for phase parity 0"), "{err}");
+    }
+    let mut short = program.clone();
+    short.tensor_maps[0].box_shape[0] /= 2;
+    let err = emulated(&short).unwrap_err();
+    assert!(err.to_string().contains("transaction bytes would complete"), "{err}");
 }
 
 /// A launch that breaks what the kernel was compiled assuming (a row stride that is not a

@@ -234,7 +234,7 @@ impl Shared {
     fn check_settled(&self, range: std::ops::Range<usize>) -> Result<(), String> {
         match range.into_iter().find(|&at| self.in_flight[at]) {
             Some(at) => Err(format!(
-                "shared byte {at} accessed while a cp.async writes it (before its wait_group)"
+                "shared byte {at} accessed while an async copy writes it (before its wait)"
             )),
             None => Ok(()),
         }
