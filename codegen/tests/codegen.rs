@@ -539,15 +539,23 @@ fn the_emulator_finds_tma_copies_misused() {
     let run = cases::runs(&case).swap_remove(3);
     let [x, y, z] = run.grid;
     let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    assert!(!program.tensor_maps.is_empty(), "the GEMM's K loop is not on TMA");
+    assert!(
+        !program.tensor_maps.is_empty(),
+        "the GEMM's K loop is not on TMA"
+    );
     let emulated = |program: &kiln_codegen::thread::Program| {
         emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
     };
     emulated(&program).unwrap();
     let mut unwaited = program.clone();
-    drop_insts(&mut unwaited.body, &|op| matches!(op, Op::MbarrierWait { .. }));
+    drop_insts(&mut unwaited.body, &|op| {
+        matches!(op, Op::MbarrierWait { .. })
+    });
     let err = emulated(&unwaited).unwrap_err();
-    assert!(err.to_string().contains("while an async copy writes it"), "{err}");
+    assert!(
+        err.to_string().contains("while an async copy writes it"),
+        "{err}"
+    );
     for dropped in [
         &(|op: &Op| matches!(op, Op::MbarrierArriveExpectTx { .. })) as &dyn Fn(&Op) -> bool,
         &|op: &Op| matches!(op, Op::TmaLoad { .. }),
@@ -555,12 +563,19 @@ fn the_emulator_finds_tma_copies_misused() {
         let mut stuck = program.clone();
         drop_insts(&mut stuck.body, dropped);
         let err = emulated(&stuck).unwrap_err();
-        assert!(err.to_string().contains("deadlock: waiting for phase parity 0"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("deadlock: waiting for phase parity 0"),
+            "{err}"
+        );
     }
     let mut short = program.clone();
     short.tensor_maps[0].box_shape[0] /= 2;
     let err = emulated(&short).unwrap_err();
-    assert!(err.to_string().contains("transaction bytes would complete"), "{err}");
+    assert!(
+        err.to_string().contains("transaction bytes would complete"),
+        "{err}"
+    );
 }
 
 /// A launch that breaks what the kernel was compiled assuming (a row stride that is not a

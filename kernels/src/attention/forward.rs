@@ -171,7 +171,10 @@ pub fn attention_fwd<
     let l_safe = where_(seen, l_i, 1.0);
     let o_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
-    store(o_block, acc / l_safe.expand_dims(1), [0]);
+    // One reciprocal a row and a multiply an element: a division each would be IEEE's, with
+    // its slow path, 64 times a thread at head dim 128.
+    let inv_l = 1.0 / l_safe;
+    store(o_block, acc * inv_l.expand_dims(1), [0]);
     let lse_row = where_(
         seen,
         (m_i + log2(l_safe)) * f32::consts::LN_2,
