@@ -578,6 +578,67 @@ fn the_emulator_finds_tma_copies_misused() {
     );
 }
 
+/// A GEMM whose B is one matrix of a batch (the batch dimension indexed at 0).
+#[kernel]
+fn first_of_batch_gemm(
+    a: Ptr<f16>,
+    b: Ptr<f16>,
+    c: Ptr<f32>,
+    batches: i32,
+    m: i32,
+    k: i32,
+    a_row_stride: i64,
+    b_batch_stride: i64,
+    b_row_stride: i64,
+) {
+    let mut a_block = make_block_ptr(a, [m, k], [a_row_stride, 1], [0, 0], [64, 32], [1, 0]);
+    let mut b_block = make_block_ptr(
+        b,
+        [batches, k, 64],
+        [b_batch_stride, b_row_stride, 1],
+        [0, 0, 0],
+        [32, 64],
+        [1, 0],
+    );
+    let mut acc = zeros([64, 64], f32);
+    for _ in (0..k).step_by(32) {
+        acc = dot(load(a_block, [0, 1]), load(b_block, [0, 1]), acc);
+        a_block = advance(a_block, [0, 32]);
+        b_block = advance(b_block, [32, 0]);
+    }
+    let c_block = make_block_ptr(c, [m, 64], [64, 1], [0, 0], [64, 64], [1, 0]);
+    store(c_block, acc, [0, 1]);
+}
+
+/// A loop copies with TMA only where what the launch guarantees proves what a tensor map needs
+/// (every stride a multiple of 16 bytes): B's batch stride, which the 16-byte vectors never
+/// need (its offset is 0), must be promised too; without it the loop stays on `cp.async`.
+#[test]
+fn tma_needs_every_stride_proved_aligned() {
+    let kernel = first_of_batch_gemm::build(&Spec::new()).unwrap();
+    let options = ["a", "b"]
+        .into_iter()
+        .map(|p| (p, 16))
+        .chain([("a_row_stride", 8), ("b_row_stride", 8)])
+        .fold(
+            CompileOptions::new(Target::Sm90a, 4)
+                .with_stages(3)
+                .with_wgmma(true),
+            |options, (name, n)| options.with_divisibility(name, n),
+        );
+    let cp_async = compile(&kernel, &options).unwrap();
+    let layout = cp_async.dump("layout").unwrap();
+    assert!(cp_async.tensor_maps().is_empty(), "{layout}");
+    assert!(layout.contains("cp.async 16 B -> 3 x"), "{layout}");
+    let tma = compile(&kernel, &options.with_divisibility("b_batch_stride", 8)).unwrap();
+    assert_eq!(tma.tensor_maps().len(), 1);
+    assert!(
+        tma.ptx().contains("cp.async.bulk.tensor.3d"),
+        "{}",
+        tma.ptx()
+    );
+}
+
 /// A launch that breaks what the kernel was compiled assuming (a row stride that is not a
 /// multiple of 8) is refused by the emulator before it runs.
 #[test]

@@ -128,6 +128,12 @@ impl Divisibility {
         self.scalars[value.index()]
     }
 
+    /// What is known to divide the scalar `value` (a pointer's address in bytes, an integer's
+    /// value): a power of two, 1 if nothing is.
+    pub fn divisor(&self, value: Value) -> u64 {
+        self.get(value)
+    }
+
     fn region(&mut self, kernel: &Kernel, definitions: &[Option<&Inst>], region: &Region) {
         for inst in &region.insts {
             self.inst(kernel, definitions, inst);

@@ -158,7 +158,7 @@ pub(super) fn apply(
         if assignment.uses_wgmma() {
             let views: Option<Vec<_>> = loads
                 .iter()
-                .map(|l| tma_view(kernel, &definitions, &carriers, l))
+                .map(|l| tma_view(kernel, divisibility, &definitions, &carriers, l))
                 .collect();
             for (load, (spec, leading, slab)) in loads.iter_mut().zip(views.into_iter().flatten()) {
                 let map = match assignment.tensor_maps.iter().position(|m| *m == spec) {
@@ -264,6 +264,7 @@ fn block_origin<'k>(
 /// dimensions and the elements per copied row, if it can (see the module doc).
 fn tma_view(
     kernel: &Kernel,
+    divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
     carriers: &HashMap<Value, (&Inst, usize)>,
     load: &PipelinedLoad,
@@ -296,12 +297,23 @@ fn tma_view(
         }
     };
     let shape: Option<Vec<_>> = shape.iter().map(|&v| scalar(v)).collect();
-    let strides: Option<Vec<_>> = strides.iter().map(|&v| scalar(v)).collect();
-    let (shape, strides) = (shape?, strides?);
-    if order.as_slice() != [1, 0] || strides.last() != Some(&MapScalar::Const(1)) {
+    let map_strides: Option<Vec<_>> = strides.iter().map(|&v| scalar(v)).collect();
+    let (shape, map_strides) = (shape?, map_strides?);
+    if order.as_slice() != [1, 0] || map_strides.last() != Some(&MapScalar::Const(1)) {
         return None;
     }
+    // What TMA asks of the array, proved from what launches guarantee (and check): a 16-byte
+    // aligned base and strides in multiples of 16 bytes. Otherwise a launch could be refused
+    // where `cp.async` serves.
     let elem_bytes = kernel.dtype(load.value).size_bytes();
+    let aligned = |v: Value, scale: u64| (divisibility.divisor(v) * scale).is_multiple_of(16);
+    if !aligned(*base, 1)
+        || !strides[..strides.len() - 1]
+            .iter()
+            .all(|&s| aligned(s, elem_bytes as u64))
+    {
+        return None;
+    }
     let [rows, cols] = <[usize; 2]>::try_from(kernel.ty(load.value).shape()).ok()?;
     let tile = load.shared.swizzled([rows, cols]);
     let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
@@ -316,7 +328,7 @@ fn tma_view(
         dtype: kernel.dtype(load.value),
         base: argument(*base)?,
         shape,
-        strides,
+        strides: map_strides,
         box_shape,
         swizzle_bytes: swizzle_bytes as u32,
     };
