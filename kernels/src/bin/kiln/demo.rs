@@ -127,6 +127,20 @@ fn show_ptx(params: &AttentionParams) -> Result<(), String> {
             say!("\n  .loc {file} {line} is {path}:{line}: {source}");
         }
     }
+    // On TMA: the tensor maps the launch encodes from its arguments, and a copy through one.
+    let maps: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with(kiln_dsl::tensor_map::PTX_LINE))
+        .collect();
+    if let Some(copy) = lines.iter().find(|l| l.contains("cp.async.bulk.tensor")) {
+        say!(
+            "\nThe tensor maps each launch encodes from its arguments, and a TMA copy through one:"
+        );
+        for line in maps.iter().chain([copy]) {
+            say!("  {}", line.trim_start());
+        }
+    }
     say!();
     Ok(())
 }
