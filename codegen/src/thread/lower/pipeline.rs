@@ -55,9 +55,16 @@ pub(super) struct Pipeline {
     buffers: Vec<(u32, u32)>,
     upper: Reg,
     step: Reg,
-    /// With TMA: the first buffer's `mbarrier` (the others follow) and whether this thread
-    /// issues the copies.
-    tma: Option<(u32, Reg)>,
+    tma: Option<TmaIssue>,
+}
+
+/// A TMA loop's barriers and issuer.
+#[derive(Clone, Copy)]
+struct TmaIssue {
+    /// The first buffer's `mbarrier` (bytes; the others follow).
+    barriers: u32,
+    /// Whether this thread issues the copies (thread 0).
+    issuer: Reg,
 }
 
 impl Pipeline {
@@ -87,7 +94,10 @@ impl Lowering<'_> {
         }
         let tma = loop_info.uses_tma().then(|| {
             let zero = self.i32_const(0);
-            (self.next_barrier, self.icmp(IntCmp::Eq, self.tid, zero))
+            TmaIssue {
+                barriers: self.next_barrier,
+                issuer: self.icmp(IntCmp::Eq, self.tid, zero),
+            }
         });
         self.next_barrier += pipeline_barrier_bytes(loop_info);
         let pipeline = Pipeline {
@@ -101,7 +111,7 @@ impl Lowering<'_> {
         if self.pending.reads {
             self.barrier();
         }
-        if let Some((barriers, issuer)) = pipeline.tma {
+        if let Some(TmaIssue { barriers, issuer }) = pipeline.tma {
             for stage in 0..loop_info.stages {
                 let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
                 self.emit_effect(Op::MbarrierInit {
@@ -147,7 +157,7 @@ impl Lowering<'_> {
         let stages = pipeline.loop_info.stages;
         let slot = state[0];
         match pipeline.tma {
-            Some((barriers, _)) => {
+            Some(TmaIssue { barriers, .. }) => {
                 let bar = self.barrier_of(barriers, slot);
                 self.emit_effect(Op::MbarrierWait {
                     bar,
@@ -233,7 +243,7 @@ impl Lowering<'_> {
     /// after a loop). TMA's barriers are invalidated once everyone has stopped waiting on them.
     pub(super) fn pipeline_drain(&mut self, pipeline: &Pipeline) {
         match pipeline.tma {
-            Some((barriers, issuer)) => {
+            Some(TmaIssue { barriers, issuer }) => {
                 self.barrier();
                 for stage in 0..pipeline.loop_info.stages {
                     let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
@@ -280,7 +290,7 @@ impl Lowering<'_> {
         exists: Reg,
         stage: Reg,
     ) -> Result<()> {
-        let Some((barriers, issuer)) = pipeline.tma else {
+        let Some(TmaIssue { barriers, issuer }) = pipeline.tma else {
             return Err(unsupported(
                 inst,
                 "expected a pipelined loop that copies with TMA",
