@@ -39,6 +39,17 @@ impl<B: fmt::Debug> fmt::Debug for Arg<'_, B> {
     }
 }
 
+impl<B> Arg<'_, B> {
+    /// The value of an integer argument (`None` for a buffer or a float).
+    pub fn int(&self) -> Option<i64> {
+        match *self {
+            Arg::I32(v) => Some(v as i64),
+            Arg::I64(v) => Some(v),
+            Arg::Buffer(_) | Arg::F32(_) => None,
+        }
+    }
+}
+
 impl<B> From<i32> for Arg<'_, B> {
     fn from(v: i32) -> Self {
         Arg::I32(v)

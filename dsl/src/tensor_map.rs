@@ -65,17 +65,18 @@ const MAX_DIM: u64 = 1 << 32;
 const MAX_STRIDE: u64 = 1 << 40;
 
 impl TensorMapSpec {
-    /// The map for a launch whose base address is `address` and whose integer argument `i` is
-    /// `int(i)`; an error names the value a tensor map cannot describe (TMA's rules: a 16-byte
-    /// aligned address, sizes up to 2^32, strides in multiples of 16 bytes below 2^40).
+    /// The map for a launch whose base address is `address` and whose argument `i` is the
+    /// integer `int(i)` (`None`: not an integer); an error names the value a tensor map cannot
+    /// describe (TMA's rules: a 16-byte aligned address, sizes up to 2^32, strides in multiples
+    /// of 16 bytes below 2^40).
     pub fn resolve(
         &self,
         address: u64,
-        int: impl Fn(usize) -> i64,
+        int: impl Fn(usize) -> Option<i64>,
     ) -> Result<TensorMapParams, String> {
         let value = |s: MapScalar| match s {
-            MapScalar::Arg(i) => int(i),
-            MapScalar::Const(c) => c,
+            MapScalar::Arg(i) => int(i).ok_or_else(|| format!("argument {i} is not an integer")),
+            MapScalar::Const(c) => Ok(c),
         };
         if !address.is_multiple_of(16) {
             return Err(format!(
@@ -87,7 +88,7 @@ impl TensorMapSpec {
         let mut dims = Vec::with_capacity(rank);
         let mut byte_strides = Vec::with_capacity(rank - 1);
         for d in (0..rank).rev() {
-            let size = value(self.shape[d]);
+            let size = value(self.shape[d])?;
             if size < 0 || size as u64 > MAX_DIM {
                 return Err(format!(
                     "dimension {d} of a tensor map must have 0 to 2^32 elements, got {size}"
@@ -97,7 +98,7 @@ impl TensorMapSpec {
             if d == rank - 1 {
                 continue;
             }
-            let stride = value(self.strides[d]);
+            let stride = value(self.strides[d])?;
             let bytes = (stride as u64).wrapping_mul(elem);
             if stride < 0 || !bytes.is_multiple_of(16) || bytes >= MAX_STRIDE {
                 return Err(format!(
@@ -239,10 +240,10 @@ mod tests {
     #[test]
     fn resolving_orders_dimensions_innermost_first_and_checks_tma_rules() {
         let args = |i: usize| match i {
-            9 => 2,
-            6 => 100,
-            14 => 100 * 8 * 128,
-            15 => 8 * 128,
+            9 => Some(2),
+            6 => Some(100),
+            14 => Some(100 * 8 * 128),
+            15 => Some(8 * 128),
             _ => unreachable!("argument {i}"),
         };
         let params = spec().resolve(0x1000, args).unwrap();
@@ -251,13 +252,13 @@ mod tests {
         assert_eq!(params.box_dims, vec![64, 64, 1]);
         let err = spec().resolve(0x1008, args).unwrap_err();
         assert!(err.contains("16-byte aligned, got 0x1008"), "{err}");
-        let odd = |i: usize| if i == 15 { 4 } else { args(i) };
+        let odd = |i: usize| if i == 15 { Some(4) } else { args(i) };
         let err = spec().resolve(0x1000, odd).unwrap_err();
         assert!(
             err.contains("dimension 1") && err.contains("got 4 elements of bf16"),
             "{err}"
         );
-        let empty = |i: usize| if i == 6 { 0 } else { args(i) };
+        let empty = |i: usize| if i == 6 { Some(0) } else { args(i) };
         assert!(spec().resolve(0x1000, empty).unwrap().is_empty());
     }
 }

@@ -106,11 +106,7 @@ impl Device {
                 LaunchArg::Buffer(buffer) => buffer.device_address(self),
                 _ => 0,
             },
-            |i| match args[i] {
-                LaunchArg::I32(v) => v as i64,
-                LaunchArg::I64(v) => v,
-                _ => i64::MIN,
-            },
+            |i| args[i].int(),
         )?
         .into_iter()
         .map(MapArg)

@@ -219,9 +219,9 @@ impl LoadedKernel {
                 _ => 0,
             },
             |i| match args[i] {
-                RawArg::I32(v) => v as i64,
-                RawArg::I64(v) => v,
-                _ => i64::MIN,
+                RawArg::I32(v) => Some(v as i64),
+                RawArg::I64(v) => Some(v),
+                RawArg::Ptr(_) | RawArg::F32(_) => None,
             },
         )?;
         let mut values: Vec<RawArg> = args.to_vec();

@@ -29,13 +29,13 @@ pub(crate) fn specs_in_ptx(kernel: &str, ptx: &str) -> Result<Vec<TensorMapSpec>
 }
 
 /// Encodes the maps of `specs` for a launch in `context` whose pointer argument `i` is
-/// `address(i)` and integer argument `i` is `int(i)`.
+/// `address(i)` and integer argument `i` is `int(i)` (`None`: not an integer).
 pub(crate) fn encode_all(
     kernel: &str,
     context: Context,
     specs: &[TensorMapSpec],
     address: impl Fn(usize) -> u64,
-    int: impl Fn(usize) -> i64,
+    int: impl Fn(usize) -> Option<i64>,
 ) -> Result<Vec<TensorMap>> {
     specs
         .iter()

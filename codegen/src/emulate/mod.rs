@@ -89,11 +89,9 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
     }
     // What the compile assumed of the arguments: a launch that breaks it would misalign vectors.
     for &(index, n) in &program.assumptions {
-        let value = match args.get(index) {
-            Some(KernelArg::I32(v)) => *v as i64,
-            Some(KernelArg::I64(v)) => *v,
-            // Buffers start at multiples of 2^40 here.
-            _ => continue,
+        // Buffers start at multiples of 2^40 here.
+        let Some(value) = args.get(index).and_then(KernelArg::int) else {
+            continue;
         };
         if value % n as i64 != 0 {
             return Err(launch_error(format!(
@@ -109,11 +107,7 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
         .tensor_maps
         .iter()
         .map(|spec| {
-            let int = |i: usize| match args.get(i) {
-                Some(KernelArg::I32(v)) => *v as i64,
-                Some(KernelArg::I64(v)) => *v,
-                _ => i64::MIN,
-            };
+            let int = |i: usize| args.get(i).and_then(KernelArg::int);
             spec.resolve(params[spec.base], int).map_err(launch_error)
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -124,14 +124,10 @@ impl Divisibility {
         Ok(analysis)
     }
 
-    fn get(&self, value: Value) -> u64 {
-        self.scalars[value.index()]
-    }
-
     /// What is known to divide the scalar `value` (a pointer's address in bytes, an integer's
     /// value): a power of two, 1 if nothing is.
     pub fn divisor(&self, value: Value) -> u64 {
-        self.get(value)
+        self.scalars[value.index()]
     }
 
     fn region(&mut self, kernel: &Kernel, definitions: &[Option<&Inst>], region: &Region) {
@@ -145,10 +141,10 @@ impl Divisibility {
         let divisor = match &inst.op {
             Op::Constant(Constant::Int(c)) => of_constant(*c),
             Op::Cast { value } if kernel.ty(*value).dtype().is_some_and(|d| !d.is_float()) => {
-                self.get(*value)
+                self.divisor(*value)
             }
             Op::Binary { op, lhs, rhs } if scalar(*lhs) && scalar(*rhs) => {
-                let (a, b) = (self.get(*lhs), self.get(*rhs));
+                let (a, b) = (self.divisor(*lhs), self.divisor(*rhs));
                 match op {
                     BinaryOp::Add | BinaryOp::Sub | BinaryOp::Max | BinaryOp::Min => a.min(b),
                     BinaryOp::Mul => (a * b).min(CAP),
@@ -161,13 +157,13 @@ impl Divisibility {
             }
             Op::Select {
                 if_true, if_false, ..
-            } => self.get(*if_true).min(self.get(*if_false)),
+            } => self.divisor(*if_true).min(self.divisor(*if_false)),
             Op::AddPtr { ptr, offset } if scalar(*ptr) => {
                 let bytes = match kernel.ty(*ptr).elem() {
                     Some(Elem::Ptr(pointee)) => pointee.size_bytes() as u64,
                     _ => 1,
                 };
-                self.get(*ptr).min(self.get(*offset) * bytes)
+                self.divisor(*ptr).min(self.divisor(*offset) * bytes)
             }
             Op::MakeBlockPtr {
                 base,
@@ -176,15 +172,15 @@ impl Divisibility {
                 offsets,
                 order,
             } => {
-                let fields = |values: &[Value]| values.iter().map(|&v| self.get(v)).collect();
+                let fields = |values: &[Value]| values.iter().map(|&v| self.divisor(v)).collect();
                 // Indexed leading dimensions move the base by `offset * stride` elements.
                 let lead = shape.len() - order.len();
                 let bytes = match kernel.ty(*base).elem() {
                     Some(Elem::Ptr(pointee)) => pointee.size_bytes() as u64,
                     _ => 1,
                 };
-                let base = (0..lead).fold(self.get(*base), |b, d| {
-                    b.min((self.get(offsets[d]) * self.get(strides[d]) * bytes).min(CAP))
+                let base = (0..lead).fold(self.divisor(*base), |b, d| {
+                    b.min((self.divisor(offsets[d]) * self.divisor(strides[d]) * bytes).min(CAP))
                 });
                 let info = BlockInfo {
                     base,
@@ -202,7 +198,7 @@ impl Divisibility {
             Op::Advance { ptr, offsets } => {
                 if let Some(mut info) = self.blocks.get(ptr).cloned() {
                     for (o, &delta) in info.offsets.iter_mut().zip(offsets) {
-                        *o = (*o).min(self.get(delta));
+                        *o = (*o).min(self.divisor(delta));
                     }
                     self.blocks.insert(inst.results[0], info);
                 }
@@ -215,7 +211,8 @@ impl Divisibility {
                 body,
                 ..
             } => {
-                self.scalars[body.params[0].index()] = self.get(*lower).min(self.get(*step));
+                self.scalars[body.params[0].index()] =
+                    self.divisor(*lower).min(self.divisor(*step));
                 // A carried block pointer advanced by the same amounts every iteration keeps
                 // what its start and the amounts have in common; other carried values, nothing.
                 let advanced = advanced_params(body);
@@ -229,7 +226,7 @@ impl Divisibility {
                             let d = match constant_int(kernel, definitions, *delta) {
                                 Some(c) => of_constant(c),
                                 None if defined_in(body).contains(delta) => 1,
-                                None => self.get(*delta),
+                                None => self.divisor(*delta),
                             };
                             *o = (*o).min(d);
                         }
@@ -256,7 +253,7 @@ impl Divisibility {
                 let (then_values, else_values) = (yielded(then_region), yielded(else_region));
                 for (i, &result) in inst.results.iter().enumerate() {
                     let (a, b) = (then_values[i], else_values[i]);
-                    self.scalars[result.index()] = self.get(a).min(self.get(b));
+                    self.scalars[result.index()] = self.divisor(a).min(self.divisor(b));
                     if let (Some(x), Some(y)) = (self.blocks.get(&a), self.blocks.get(&b)) {
                         let info = x.meet(y);
                         self.blocks.insert(result, info);

@@ -59,13 +59,12 @@ pub struct PipelinedLoad {
     pub tma: Option<TmaLoad>,
 }
 
-/// How a pipelined load copies with TMA.
+/// How a pipelined load copies with TMA: through the kernel's tensor map `map`, whose box is
+/// one copy (a 128-, 64- or 32-byte slab of the tile's rows).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TmaLoad {
     pub map: usize,
     pub leading: Vec<Value>,
-    /// Elements of the contiguous dimension one copy moves (one 128-, 64- or 32-byte row).
-    pub slab: usize,
 }
 
 /// How far a pipelined load's block pointer moves per iteration along one dimension.
@@ -160,7 +159,7 @@ pub(super) fn apply(
                 .iter()
                 .map(|l| tma_view(kernel, divisibility, &definitions, &carriers, l))
                 .collect();
-            for (load, (spec, leading, slab)) in loads.iter_mut().zip(views.into_iter().flatten()) {
+            for (load, (spec, leading)) in loads.iter_mut().zip(views.into_iter().flatten()) {
                 let map = match assignment.tensor_maps.iter().position(|m| *m == spec) {
                     Some(i) => i,
                     None => {
@@ -168,7 +167,7 @@ pub(super) fn apply(
                         assignment.tensor_maps.len() - 1
                     }
                 };
-                load.tma = Some(TmaLoad { map, leading, slab });
+                load.tma = Some(TmaLoad { map, leading });
             }
         }
         if !loads.is_empty() {
@@ -260,15 +259,15 @@ fn block_origin<'k>(
     }
 }
 
-/// The tensor map a pipelined load can copy through, the offsets indexing its array's leading
-/// dimensions and the elements per copied row, if it can (see the module doc).
+/// The tensor map a pipelined load can copy through and the offsets indexing its array's
+/// leading dimensions, if it can (see the module doc).
 fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
     carriers: &HashMap<Value, (&Inst, usize)>,
     load: &PipelinedLoad,
-) -> Option<(TensorMapSpec, Vec<Value>, usize)> {
+) -> Option<(TensorMapSpec, Vec<Value>)> {
     // Reached through values the loop sees, the `make_block_ptr` is in a region around the
     // loop: its leading offsets are in scope there.
     let origin = block_origin(definitions, carriers, load.param)?;
@@ -332,7 +331,7 @@ fn tma_view(
         box_shape,
         swizzle_bytes: swizzle_bytes as u32,
     };
-    Some((spec, offsets[..lead].to_vec(), slab))
+    Some((spec, offsets[..lead].to_vec()))
 }
 
 /// The most elements a TMA box has along a dimension.

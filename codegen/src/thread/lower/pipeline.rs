@@ -113,7 +113,8 @@ impl Lowering<'_> {
         }
         if let Some(TmaIssue { barriers, issuer }) = pipeline.tma {
             for stage in 0..loop_info.stages {
-                let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
+                let stage = self.i32_const(stage as i64);
+                let bar = self.barrier_of(barriers, stage);
                 self.emit_effect(Op::MbarrierInit {
                     bar,
                     count: 1,
@@ -246,7 +247,8 @@ impl Lowering<'_> {
             Some(TmaIssue { barriers, issuer }) => {
                 self.barrier();
                 for stage in 0..pipeline.loop_info.stages {
-                    let bar = self.shared_address(barriers + stage * MBARRIER_BYTES);
+                    let stage = self.i32_const(stage as i64);
+                    let bar = self.barrier_of(barriers, stage);
                     self.emit_effect(Op::MbarrierInval { bar, pred: issuer });
                 }
             }
@@ -256,23 +258,11 @@ impl Lowering<'_> {
         self.next_barrier -= pipeline_barrier_bytes(&pipeline.loop_info);
     }
 
-    fn shared_address(&mut self, offset: u32) -> Reg {
-        self.emit(Op::SharedAddress { offset }, Type::Ptr(Space::Shared))
-    }
-
     /// The `mbarrier` of buffer `slot` (an i32 register).
     fn barrier_of(&mut self, barriers: u32, slot: Reg) -> Reg {
-        let first = self.shared_address(barriers);
         let bytes = self.i32_const(MBARRIER_BYTES as i64);
         let offset = self.int(IntOp::Mul, slot, bytes);
-        self.emit(
-            Op::PtrAdd {
-                ptr: first,
-                offset,
-                elem: Type::I8,
-            },
-            Type::Ptr(Space::Shared),
-        )
+        self.shared_slot(barriers, offset, Type::I8)
     }
 
     /// Thread 0's TMA copies of every load's tile `ahead` iterations after the one the carried
@@ -308,25 +298,22 @@ impl Lowering<'_> {
             .sum();
         self.emit_effect(Op::MbarrierArriveExpectTx { bar, bytes, pred });
         for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
-            let Some(TmaLoad { map, leading, slab }) = &load.tma else {
+            let Some(TmaLoad { map, leading }) = &load.tma else {
                 return Err(unsupported(inst, "expected a load that copies with TMA"));
             };
             let carried = carried_index(inst, body_params, load.param)?;
             let block = self.advanced_block(load, &blocks[carried], ahead)?;
             let (buffers, buffer_bytes) = pipeline.buffers[i];
-            let first = self.shared_address(buffers);
             let size = self.i32_const(buffer_bytes as i64);
             let offset = self.int(IntOp::Mul, stage, size);
-            let tile = self.emit(
-                Op::PtrAdd {
-                    ptr: first,
-                    offset,
-                    elem: Type::I8,
-                },
-                Type::Ptr(Space::Shared),
-            );
+            let tile = self.shared_slot(buffers, offset, Type::I8);
             let [rows, cols] = <[usize; 2]>::try_from(self.shape(load.value))
                 .map_err(|_| unsupported(inst, "expected a 2-D pipelined load"))?;
+            // A copy moves one box: the map's rows of one swizzle span each.
+            let slab = self.layouts.tensor_maps[*map]
+                .box_shape
+                .last()
+                .map_or(cols, |&elems| elems as usize);
             let slab_bytes = (rows * slab * self.dtype(load.value).size_bytes()) as i64;
             let narrow = |this: &mut Self, r: Reg| this.emit(Op::Cast(Cast::Trunc, r), Type::I32);
             let row = narrow(self, block.offsets[0]);
