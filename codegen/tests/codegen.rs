@@ -569,6 +569,26 @@ fn the_emulator_finds_tma_copies_misused() {
             "{err}"
         );
     }
+    // A copy is issued by whole warps (one elected lane): thread 0 alone is refused.
+    let mut issuer = None;
+    edit_ops(&mut program.clone().body, &mut |op| {
+        if let Op::MbarrierArriveExpectTx { pred, .. } = op {
+            issuer.get_or_insert(*pred);
+        }
+    });
+    let issuer = issuer.expect("the GEMM arrives on its barriers");
+    let mut one_thread = program.clone();
+    edit_ops(&mut one_thread.body, &mut |op| {
+        if let Op::TmaLoad { warps, .. } = op {
+            *warps = issuer;
+        }
+    });
+    let err = emulated(&one_thread).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is split on whether it issues a TMA copy"),
+        "{err}"
+    );
     let mut short = program.clone();
     short.tensor_maps[0].box_shape[0] /= 2;
     let err = emulated(&short).unwrap_err();

@@ -374,7 +374,7 @@ fn the_demo_checks_the_interpreter_and_shows_ptx_with_its_source_lines() {
         "{out}"
     );
     assert!(out.contains("// kiln.tensor_map arg1 bf16 shape="), "{out}");
-    assert!(out.contains("@issue cp.async.bulk.tensor.4d"), "{out}");
+    assert!(out.contains("@one cp.async.bulk.tensor.4d"), "{out}");
     if !kiln_runtime::driver_present() {
         assert!(out.contains("No GPU here"), "{out}");
     }

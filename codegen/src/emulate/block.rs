@@ -383,13 +383,13 @@ impl BlockState<'_, '_> {
                 map,
                 coords,
                 bar,
-                pred,
+                warps,
             } => {
                 let Some(params) = self.maps.get(*map) else {
                     let message = format!("no tensor map {map}");
                     return Err(self.error(inst, None, message));
                 };
-                for t in self.predicated(*pred) {
+                for t in self.issuing_lanes(inst, *warps)? {
                     let at: Vec<i64> = coords
                         .iter()
                         .map(|&c| signed(self.get(c, t), Type::I32))
@@ -679,6 +679,26 @@ impl BlockState<'_, '_> {
     }
 
     /// The threads where `pred` holds.
+    /// The first lane of each warp where `warps` holds, which must hold in all its lanes or in
+    /// none (a branch around `elect.sync`, which every lane of the warp must reach).
+    fn issuing_lanes(&self, inst: &Inst, warps: Reg) -> Result<Vec<usize>> {
+        let mut lanes = Vec::new();
+        for start in (0..self.threads).step_by(THREADS_PER_WARP as usize) {
+            let end = (start + THREADS_PER_WARP as usize).min(self.threads);
+            let holds = |t: usize| self.get(warps, t) & 1 != 0;
+            if (start..end).any(holds) != (start..end).all(holds) {
+                let message = format!(
+                    "the warp of threads {start}..{end} is split on whether it issues a TMA copy"
+                );
+                return Err(self.error(inst, Some(start), message));
+            }
+            if holds(start) {
+                lanes.push(start);
+            }
+        }
+        Ok(lanes)
+    }
+
     fn predicated(&self, pred: Reg) -> Vec<usize> {
         (0..self.threads)
             .filter(|&t| self.get(pred, t) & 1 != 0)

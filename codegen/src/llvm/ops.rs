@@ -154,7 +154,7 @@ impl<'ctx> Translation<'_, 'ctx> {
                 map,
                 coords,
                 bar,
-                pred,
+                warps,
             } => {
                 let map = self.tensor_maps.get(*map).copied().ok_or_else(|| {
                     CodegenError::internal(Stage::Llir, format!("no tensor map {map}"))
@@ -168,14 +168,38 @@ impl<'ctx> Translation<'_, 'ctx> {
                 }
                 inputs.push(self.shared_word(*bar)?);
                 let coords: Vec<String> = (2..2 + coords.len()).map(|i| format!("${i}")).collect();
+                // A branch around it that whole warps take, and one lane elected in them: ptxas
+                // then issues it once, not in a loop over the lanes that might.
+                let at = inputs.len();
                 let asm = format!(
-                    "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
-                     [$0], [$1, {{{}}}], [${}];",
+                    "{{\n\t.reg .pred issue;\n\t.reg .pred one;\n\t.reg .b32 lane;\n\t\
+                     setp.ne.b32 issue, ${at}, 0;\n\t\
+                     vote.sync.any.pred issue, issue, -1;\n\t\
+                     @!issue bra kiln_tma_${{:uid}};\n\t\
+                     elect.sync lane|one, -1;\n\t\
+                     @one cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
+                     [$0], [$1, {{{}}}], [${}];\n\
+                     kiln_tma_${{:uid}}:\n\t}}",
                     coords.len(),
                     coords.join(", "),
                     coords.len() + 2
                 );
-                return self.predicated_asm(&asm, &inputs, *pred);
+                let warps = self.value(*warps)?.into_int_value();
+                inputs.push(
+                    self.builder
+                        .build_int_z_extend(warps, self.context.i32_type(), "")?
+                        .into(),
+                );
+                let constraints: Vec<String> = inputs
+                    .iter()
+                    .map(|v| match v.into_int_value().get_type().get_bit_width() {
+                        64 => "l",
+                        _ => "r",
+                    })
+                    .map(str::to_string)
+                    .collect();
+                self.asm(&asm, &constraints, &[], &inputs)?;
+                return Ok(());
             }
             Op::WgmmaWait { pending, values } => {
                 let asm = format!("wgmma.wait_group.sync.aligned {pending};");

@@ -403,16 +403,17 @@ pub enum Op {
         bar: Reg,
         pred: Reg,
     },
-    /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes` where
-    /// `pred` holds: copies the box of the program's tensor map `map` at `coords` (i32, the
-    /// array's innermost dimension first) to shared `dst` (128-aligned), swizzled as the map
-    /// says, zeros where the box leaves the array; its bytes complete transactions on `bar`.
+    /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes` from
+    /// one lane (`elect.sync`) of each warp where `warps` holds (the same in all its lanes):
+    /// copies the box of the program's tensor map `map` at `coords` (i32, the array's innermost
+    /// dimension first) to shared `dst` (128-aligned), swizzled as the map says, zeros where
+    /// the box leaves the array; its bytes complete transactions on `bar`.
     TmaLoad {
         dst: Reg,
         map: usize,
         coords: Vec<Reg>,
         bar: Reg,
-        pred: Reg,
+        warps: Reg,
     },
 }
 

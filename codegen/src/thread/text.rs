@@ -268,13 +268,13 @@ fn op_text(op: &Op) -> String {
             map,
             coords,
             bar,
-            pred,
+            warps,
         } => format!(
-            "cp.async.bulk.tensor {}, map{map} {{{}}}, {} if {}",
+            "cp.async.bulk.tensor {}, map{map} {{{}}}, {} by one lane of warps where {}",
             reg(*dst),
             regs(coords),
             reg(*bar),
-            reg(*pred)
+            reg(*warps)
         ),
     }
 }

@@ -56,6 +56,8 @@ impl Lowering<'_> {
         init: &[Value],
         body: &Region,
     ) -> Result<Vec<Vec<Reg>>> {
+        // An enclosing body's copies go before this loop's own.
+        self.issue_deferred_copies();
         let loc = self.loc;
         let (lower, upper, step) = (self.reg(lower)?, self.reg(upper)?, self.reg(step)?);
         let init: Vec<Vec<Reg>> = init.iter().map(|&v| self.regs(v)).collect::<Result<_>>()?;
@@ -88,8 +90,12 @@ impl Lowering<'_> {
         };
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
+        // A body that starts `wgmma`s issues them before its copies.
+        let defer = body.insts.iter().any(|i| self.issues_wgmma(i));
         let (body_block, _) = self.nested_block(body, |this| match &pipeline {
-            Some(pipeline) => this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state),
+            Some(pipeline) => {
+                this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state, defer)
+            }
             None => Ok(Vec::new()),
         })?;
         self.pending = Pending::unknown();

@@ -77,6 +77,7 @@ pub fn lower(
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
         in_flight: wgmma::InFlight::default(),
+        deferred_copies: None,
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -161,6 +162,9 @@ pub(super) struct Lowering<'a> {
     narrowed: HashMap<Reg, Reg>,
     /// `dot`s on `wgmma` whose results are not waited for yet, and the groups committed so far.
     in_flight: wgmma::InFlight,
+    /// A pipelined loop's copies held back until its body's first `wgmma`s, with the depth of
+    /// the body's block ([`pipeline`]).
+    deferred_copies: Option<(usize, Vec<Inst>)>,
 }
 
 impl Lowering<'_> {

@@ -16,19 +16,22 @@
 //!
 //! A copy moves 16 bytes; a row outside the array, or an iteration past the loop's end, copies
 //! zero source bytes (zero-filled, nothing read). Every thread commits a group each time, empty
-//! or not, so that the wait counts stay uniform.
+//! or not, so that the wait counts stay uniform. Where the body issues `wgmma`s, its copies go
+//! after them, at its first `wgmma` wait.
 //!
-//! With TMA ([`crate::layout::pipeline`]) thread 0 copies whole tiles, one `mbarrier` per buffer:
+//! With TMA ([`crate::layout::pipeline`]) warp 0 copies whole tiles (one elected lane), one
+//! `mbarrier` per buffer:
 //!
 //! ```text
 //! [bar.sync, if staged tiles were read]
 //! mbarrier.init bar(s), 1 (thread 0); fence.mbarrier_init; bar.sync    // everyone sees them
-//! for s in 0 .. stages - 1, if iteration s exists (thread 0):
-//!     mbarrier.arrive.expect_tx bar(s), bytes of the tiles; cp.async.bulk.tensor per slab -> buffer s
+//! for s in 0 .. stages - 1, if iteration s exists:
+//!     mbarrier.arrive.expect_tx bar(s), bytes of the tiles (thread 0)
+//!     cp.async.bulk.tensor per slab -> buffer s (warp 0, one lane)
 //! for iv, slot = 0, phase = 0:
 //!     mbarrier.wait.parity bar(slot), phase   // this iteration's tiles landed
 //!     bar.sync                                // buffer slot - 1 is read out
-//!     [thread 0, if iteration iv + (stages - 1) step exists: copies into buffer slot - 1]
+//!     [if iteration iv + (stages - 1) step exists: copies into buffer slot - 1]
 //!     ... the body ...
 //!     yield .., slot + 1 (mod stages), phase flipped where the slot wraps
 //! bar.sync; mbarrier.inval bar(s) (thread 0)  // nothing in flight: past the end nothing was issued
@@ -42,7 +45,7 @@ use super::dot::{
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
-use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, TmaLoad};
+use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP, TmaLoad};
 use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// Bytes of one `mbarrier`.
@@ -58,13 +61,16 @@ pub(super) struct Pipeline {
     tma: Option<TmaIssue>,
 }
 
-/// A TMA loop's barriers and issuer.
+/// A TMA loop's barriers and issuers.
 #[derive(Clone, Copy)]
 struct TmaIssue {
     /// The first buffer's `mbarrier` (bytes; the others follow).
     barriers: u32,
-    /// Whether this thread issues the copies (thread 0).
+    /// Whether this thread sets the barriers up and arrives on them (thread 0).
     issuer: Reg,
+    /// Whether this thread's warp issues the copies (warp 0, from one elected lane: a copy
+    /// predicated per thread would make ptxas loop over the threads that might issue it).
+    issuing_warp: Reg,
 }
 
 impl Pipeline {
@@ -94,9 +100,11 @@ impl Lowering<'_> {
         }
         let tma = loop_info.uses_tma().then(|| {
             let zero = self.i32_const(0);
+            let warp_size = self.i32_const(THREADS_PER_WARP as i64);
             TmaIssue {
                 barriers: self.next_barrier,
                 issuer: self.icmp(IntCmp::Eq, self.tid, zero),
+                issuing_warp: self.icmp(IntCmp::Ult, self.tid, warp_size),
             }
         });
         self.next_barrier += pipeline_barrier_bytes(loop_info);
@@ -111,7 +119,10 @@ impl Lowering<'_> {
         if self.pending.reads {
             self.barrier();
         }
-        if let Some(TmaIssue { barriers, issuer }) = pipeline.tma {
+        if let Some(TmaIssue {
+            barriers, issuer, ..
+        }) = pipeline.tma
+        {
             for stage in 0..loop_info.stages {
                 let stage = self.i32_const(stage as i64);
                 let bar = self.barrier_of(barriers, stage);
@@ -145,7 +156,9 @@ impl Lowering<'_> {
 
     /// At the top of the body: waits for this iteration's tiles, binds each pipelined load to
     /// its buffer `slot` (`state[0]`), and issues the copies `stages - 1` iterations ahead into
-    /// the buffer the previous iteration read. Returns the next iteration's state.
+    /// the buffer the previous iteration read; where `defer`, they wait for the body's first
+    /// `wgmma`s ([`Self::issue_deferred_copies`]). Returns the next iteration's state.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn pipeline_top(
         &mut self,
         inst: &TileInst,
@@ -154,6 +167,7 @@ impl Lowering<'_> {
         params: &[Vec<Reg>],
         iv: Reg,
         state: &[Reg],
+        defer: bool,
     ) -> Result<Vec<Reg>> {
         let stages = pipeline.loop_info.stages;
         let slot = state[0];
@@ -190,17 +204,18 @@ impl Lowering<'_> {
             let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
             self.shared_tiles.insert(load.value, tile);
         }
-        if pipeline.tma.is_some() {
-            self.issue_tma(
-                inst,
-                pipeline,
-                body_params,
-                params,
-                ahead,
-                exists,
-                write_slot,
-            )?;
-        } else {
+        self.copies_now_or_later(defer, |this| {
+            if pipeline.tma.is_some() {
+                return this.issue_tma(
+                    inst,
+                    pipeline,
+                    body_params,
+                    params,
+                    ahead,
+                    exists,
+                    write_slot,
+                );
+            }
             for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
                 let (buffers, bytes) = pipeline.buffers[i];
                 let carried = carried_index(inst, body_params, load.param)?;
@@ -209,10 +224,11 @@ impl Lowering<'_> {
                     bytes,
                     slot: write_slot,
                 };
-                self.issue_copies(inst, load, &params[carried], ahead, exists, base)?;
+                this.issue_copies(inst, load, &params[carried], ahead, exists, base)?;
             }
-            self.emit_effect(Op::CpAsyncCommit);
-        }
+            this.emit_effect(Op::CpAsyncCommit);
+            Ok(())
+        })?;
         // With two buffers the next iteration reads the one just written.
         let next = if stages == 2 {
             write_slot
@@ -244,7 +260,9 @@ impl Lowering<'_> {
     /// after a loop). TMA's barriers are invalidated once everyone has stopped waiting on them.
     pub(super) fn pipeline_drain(&mut self, pipeline: &Pipeline) {
         match pipeline.tma {
-            Some(TmaIssue { barriers, issuer }) => {
+            Some(TmaIssue {
+                barriers, issuer, ..
+            }) => {
                 self.barrier();
                 for stage in 0..pipeline.loop_info.stages {
                     let stage = self.i32_const(stage as i64);
@@ -256,6 +274,41 @@ impl Lowering<'_> {
         }
         self.next_buffer -= pipeline_buffer_bytes(self.kernel, self.layouts, &pipeline.loop_info);
         self.next_barrier -= pipeline_barrier_bytes(&pipeline.loop_info);
+    }
+
+    /// Emits what `copies` makes, or where `defer`, holds it back until the body has issued
+    /// its first `wgmma`s: the copies' instructions (TMA's wait for warp-uniform operands,
+    /// cp.async's addresses) would otherwise run before the tensor cores start. The barrier
+    /// at the top already freed the buffer they write, so any later point of the body will do.
+    fn copies_now_or_later(
+        &mut self,
+        defer: bool,
+        copies: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
+        if !defer {
+            return copies(self);
+        }
+        self.blocks.push(Vec::new());
+        let made = copies(self);
+        let insts = self.blocks.pop().unwrap_or_default();
+        made?;
+        self.deferred_copies = Some((self.blocks.len(), insts));
+        Ok(())
+    }
+
+    /// Emits the copies held back by [`Self::copies_now_or_later`], where this is the block of
+    /// the body that held them (a `wgmma` wait, a loop, or the body's end).
+    pub(super) fn issue_deferred_copies(&mut self) {
+        if self
+            .deferred_copies
+            .as_ref()
+            .is_some_and(|(depth, _)| *depth == self.blocks.len())
+            && let Some((_, insts)) = self.deferred_copies.take()
+        {
+            for inst in insts {
+                self.push(inst);
+            }
+        }
     }
 
     /// The `mbarrier` of buffer `slot` (an i32 register).
@@ -280,13 +333,19 @@ impl Lowering<'_> {
         exists: Reg,
         stage: Reg,
     ) -> Result<()> {
-        let Some(TmaIssue { barriers, issuer }) = pipeline.tma else {
+        let Some(TmaIssue {
+            barriers,
+            issuer,
+            issuing_warp,
+        }) = pipeline.tma
+        else {
             return Err(unsupported(
                 inst,
                 "expected a pipelined loop that copies with TMA",
             ));
         };
         let pred = self.int(IntOp::And, issuer, exists);
+        let warps = self.int(IntOp::And, issuing_warp, exists);
         let bar = self.barrier_of(barriers, stage);
         let bytes = pipeline
             .loop_info
@@ -348,7 +407,7 @@ impl Lowering<'_> {
                     map: *map,
                     coords,
                     bar,
-                    pred,
+                    warps,
                 });
             }
         }

@@ -23,7 +23,7 @@ use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, 
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
-use crate::layout::{ConversionKind, Id, IdField, walk_insts};
+use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion, walk_insts};
 use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA, WgmmaStep};
 use crate::{CodegenError, Stage};
 
@@ -159,6 +159,15 @@ impl Lowering<'_> {
         Ok(acc_regs)
     }
 
+    /// Whether `inst` is a `dot` on `wgmma`.
+    pub(super) fn issues_wgmma(&self, inst: &TileInst) -> bool {
+        matches!(inst.op, TileOp::Dot { .. })
+            && matches!(
+                self.layouts.layout(inst.results[0]),
+                Some(Layout::Mma(mma)) if mma.version == MmaVersion::V3
+            )
+    }
+
     /// Before `inst`: waits for the `dot`s in flight whose results it (or a conversion of its
     /// operands, or an op of its branches) reads, and for every one before a loop or the end
     /// of a region. A result waited for is the wait's from then on, so the wait for a value an
@@ -211,6 +220,7 @@ impl Lowering<'_> {
     /// `wgmma.wait_group` until `group` is complete (groups complete in order): the results
     /// of it and the groups before it are the wait's, passed through.
     fn wait_for(&mut self, group: u32) {
+        self.issue_deferred_copies();
         let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_flight.dots)
             .into_iter()
             .partition(|&(_, g)| g <= group);
