@@ -436,6 +436,14 @@ impl Lowering<'_> {
             self.loc = Some(inst.loc);
             self.converted.clear();
             self.wait_for_operands(inst);
+            // Held-back copies go right after the `wgmma`s the body starts with, before the
+            // first instruction that is neither one of them nor free (a staged view).
+            if !self.in_flight.is_empty()
+                && !self.issues_wgmma(inst)
+                && !self.lowers_to_nothing(inst)
+            {
+                self.issue_deferred_copies();
+            }
             for conversion in self.layouts.conversions_at(index) {
                 match &conversion.kind {
                     ConversionKind::ThroughShared => {
@@ -459,6 +467,21 @@ impl Lowering<'_> {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// Whether `inst` emits nothing: a pipelined load (its tile is in its buffer already) or a
+    /// transposed view of a staged tile.
+    fn lowers_to_nothing(&self, inst: &TileInst) -> bool {
+        match inst.op {
+            TileOp::LoadBlock { .. } => self.layouts.pipelined_load(self.current_inst).is_some(),
+            TileOp::Trans { .. } => {
+                matches!(
+                    self.layouts.layout(inst.results[0]),
+                    Some(Layout::Shared(_))
+                )
+            }
+            _ => false,
+        }
     }
 
     fn inst(&mut self, inst: &TileInst) -> Result<Vec<Vec<Reg>>> {

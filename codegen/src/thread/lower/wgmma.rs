@@ -36,6 +36,11 @@ pub(super) struct InFlight {
 }
 
 impl InFlight {
+    /// Whether no `dot` is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.dots.is_empty()
+    }
+
     /// Into a region: its ops see none of the `dot`s in flight around it (an `if` waits before
     /// it for those its branches use; a loop for all). Returns those, for [`Self::leave`].
     pub fn enter(&mut self) -> InFlight {
