@@ -16,8 +16,8 @@
 //!
 //! A copy moves 16 bytes; a row outside the array, or an iteration past the loop's end, copies
 //! zero source bytes (zero-filled, nothing read). Every thread commits a group each time, empty
-//! or not, so that the wait counts stay uniform. Where the body issues `wgmma`s, its copies go
-//! after them, at its first `wgmma` wait.
+//! or not, so that the wait counts stay uniform. Where the body opens with `wgmma`s, its copies
+//! go right after them (before the first other instruction, or the first `wgmma` wait).
 //!
 //! With TMA ([`crate::layout::pipeline`]) warp 0 copies whole tiles (one elected lane), one
 //! `mbarrier` per buffer:
@@ -297,7 +297,8 @@ impl Lowering<'_> {
     }
 
     /// Emits the copies held back by [`Self::copies_now_or_later`], where this is the block of
-    /// the body that held them (a `wgmma` wait, a loop, or the body's end).
+    /// the body that held them: at the first instruction after its opening `wgmma`s, a `wgmma`
+    /// wait, a loop, or the body's end, whichever comes first.
     pub(super) fn issue_deferred_copies(&mut self) {
         if self
             .deferred_copies
