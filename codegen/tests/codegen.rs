@@ -598,6 +598,101 @@ fn the_emulator_finds_tma_copies_misused() {
     );
 }
 
+/// A GEMM whose K loop runs, under an `if` before its own `dot`, another GEMM's K loop: both
+/// loops pipelined on TMA, each body holding its copies back for its first `wgmma`s.
+#[kernel]
+fn gemm_with_a_nested_gemm(
+    a: Ptr<f16>,
+    b: Ptr<f16>,
+    c: Ptr<f32>,
+    d: Ptr<f32>,
+    m: i32,
+    k: i32,
+    a_row_stride: i64,
+    b_row_stride: i64,
+    inner: i32,
+) {
+    let mut a_block = make_block_ptr(a, [m, k], [a_row_stride, 1], [0, 0], [64, 32], [1, 0]);
+    let mut b_block = make_block_ptr(b, [k, 64], [b_row_stride, 1], [0, 0], [32, 64], [1, 0]);
+    let mut acc = zeros([64, 64], f32);
+    for _ in (0..k).step_by(32) {
+        if inner > 0 {
+            let mut a_inner =
+                make_block_ptr(a, [m, k], [a_row_stride, 1], [0, 0], [64, 32], [1, 0]);
+            let mut b_inner =
+                make_block_ptr(b, [k, 64], [b_row_stride, 1], [0, 0], [32, 64], [1, 0]);
+            let mut inner_acc = zeros([64, 64], f32);
+            for _ in (0..k).step_by(32) {
+                inner_acc = dot(load(a_inner, [0, 1]), load(b_inner, [0, 1]), inner_acc);
+                a_inner = advance(a_inner, [0, 32]);
+                b_inner = advance(b_inner, [32, 0]);
+            }
+            let d_block = make_block_ptr(d, [m, 64], [64, 1], [0, 0], [64, 64], [1, 0]);
+            store(d_block, inner_acc, [0, 1]);
+        }
+        acc = dot(load(a_block, [0, 1]), load(b_block, [0, 1]), acc);
+        a_block = advance(a_block, [0, 32]);
+        b_block = advance(b_block, [32, 0]);
+    }
+    let c_block = make_block_ptr(c, [m, 64], [64, 1], [0, 0], [64, 64], [1, 0]);
+    store(c_block, acc, [0, 1]);
+}
+
+/// A loop nested before its enclosing body's first `wgmma`s issues its own copies; the
+/// enclosing loop's held-back ones still follow that body's `dot` (one loop's are held at a
+/// time: the inner loop's must not replace the outer's).
+#[test]
+fn nested_pipelined_loops_keep_their_own_copies() {
+    use kiln_codegen::thread::{Block, Op};
+    let kernel = gemm_with_a_nested_gemm::build(&Spec::new()).unwrap();
+    let options = ["a", "b"]
+        .into_iter()
+        .map(|p| (p, 16))
+        .chain([("a_row_stride", 8), ("b_row_stride", 8)])
+        .fold(
+            CompileOptions::new(Target::Sm90a, 4)
+                .with_stages(3)
+                .with_wgmma(true),
+            |options, (name, n)| options.with_divisibility(name, n),
+        );
+    let program = thread_program(&kernel, &options).unwrap();
+    // The copies directly in a block, and the first `for` body in it or in its `if`s.
+    let copies = |block: &Block| {
+        block
+            .insts
+            .iter()
+            .filter(|i| matches!(i.op, Op::TmaLoad { .. }))
+            .count()
+    };
+    fn first_loop(block: &Block) -> Option<&Block> {
+        block.insts.iter().find_map(|inst| match &inst.op {
+            Op::For { body, .. } => Some(body),
+            Op::If {
+                then_block,
+                else_block,
+                ..
+            } => first_loop(then_block).or_else(|| first_loop(else_block)),
+            _ => None,
+        })
+    }
+    let outer = first_loop(&program.body).expect("the outer loop");
+    let inner = first_loop(outer).expect("the inner loop");
+    // A's tile on TMA (B's row stride is not promised 16-byte aligned), one slab.
+    assert_eq!(copies(outer), 1, "{program}");
+    assert_eq!(copies(inner), 1, "{program}");
+    let commit = outer
+        .insts
+        .iter()
+        .position(|i| matches!(i.op, Op::WgmmaCommit))
+        .expect("the outer dot");
+    let first_copy = outer
+        .insts
+        .iter()
+        .position(|i| matches!(i.op, Op::TmaLoad { .. }))
+        .unwrap_or(0);
+    assert!(first_copy > commit, "the outer copies come before its dot");
+}
+
 /// A GEMM whose B is one matrix of a batch (the batch dimension indexed at 0).
 #[kernel]
 fn first_of_batch_gemm(

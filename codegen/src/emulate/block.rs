@@ -389,7 +389,9 @@ impl BlockState<'_, '_> {
                     let message = format!("no tensor map {map}");
                     return Err(self.error(inst, None, message));
                 };
-                for t in self.issuing_lanes(inst, *warps)? {
+                let mut operands = vec![*dst, *bar];
+                operands.extend(coords);
+                for t in self.issuing_lanes(inst, *warps, &operands)? {
                     let at: Vec<i64> = coords
                         .iter()
                         .map(|&c| signed(self.get(c, t), Type::I32))
@@ -678,10 +680,10 @@ impl BlockState<'_, '_> {
         Ok(out)
     }
 
-    /// The threads where `pred` holds.
     /// The first lane of each warp where `warps` holds, which must hold in all its lanes or in
-    /// none (a branch around `elect.sync`, which every lane of the warp must reach).
-    fn issuing_lanes(&self, inst: &Inst, warps: Reg) -> Result<Vec<usize>> {
+    /// none (the PTX issues where any lane's does; kiln's are uniform by construction, and a
+    /// split one is a lowering bug), as must the `operands` the lane issues with.
+    fn issuing_lanes(&self, inst: &Inst, warps: Reg, operands: &[Reg]) -> Result<Vec<usize>> {
         let mut lanes = Vec::new();
         for start in (0..self.threads).step_by(THREADS_PER_WARP as usize) {
             let end = (start + THREADS_PER_WARP as usize).min(self.threads);
@@ -692,13 +694,25 @@ impl BlockState<'_, '_> {
                 );
                 return Err(self.error(inst, Some(start), message));
             }
-            if holds(start) {
-                lanes.push(start);
+            if !holds(start) {
+                continue;
             }
+            for &operand in operands {
+                let value = self.get(operand, start);
+                if let Some(t) = (start..end).find(|&t| self.get(operand, t) != value) {
+                    let message = format!(
+                        "the warp of threads {start}..{end} issues with operands that differ \
+                         between its lanes (thread {t})"
+                    );
+                    return Err(self.error(inst, Some(t), message));
+                }
+            }
+            lanes.push(start);
         }
         Ok(lanes)
     }
 
+    /// The threads where `pred` holds.
     fn predicated(&self, pred: Reg) -> Vec<usize> {
         (0..self.threads)
             .filter(|&t| self.get(pred, t) & 1 != 0)

@@ -1,5 +1,6 @@
 //! One thread-program instruction at a time, into LLVM IR.
 
+use inkwell::attributes::{Attribute, AttributeLoc};
 use inkwell::types::{BasicType, BasicTypeEnum};
 use inkwell::values::BasicValueEnum;
 use inkwell::{FloatPredicate, IntPredicate};
@@ -190,15 +191,7 @@ impl<'ctx> Translation<'_, 'ctx> {
                         .build_int_z_extend(warps, self.context.i32_type(), "")?
                         .into(),
                 );
-                let constraints: Vec<String> = inputs
-                    .iter()
-                    .map(|v| match v.into_int_value().get_type().get_bit_width() {
-                        64 => "l",
-                        _ => "r",
-                    })
-                    .map(str::to_string)
-                    .collect();
-                self.asm(&asm, &constraints, &[], &inputs)?;
+                self.asm(&asm, &int_constraints(&inputs), &[], &inputs)?;
                 return Ok(());
             }
             Op::WgmmaWait { pending, values } => {
@@ -562,6 +555,13 @@ impl<'ctx> Translation<'_, 'ctx> {
         let call = self
             .builder
             .build_indirect_call(fn_type, asm_value, &args, "")?;
+        // Warp-collective statements (`.sync.aligned`, `vote`, `elect`) must stay where every
+        // lane of the warp reaches them: LLVM may not sink or duplicate the call into a branch.
+        let convergent = Attribute::get_named_enum_kind_id("convergent");
+        call.add_attribute(
+            AttributeLoc::Function,
+            self.context.create_enum_attribute(convergent, 0),
+        );
         let Some(result) = call.try_as_basic_value().basic() else {
             return Ok(Vec::new());
         };
@@ -598,17 +598,9 @@ impl<'ctx> Translation<'_, 'ctx> {
         let asm = format!(
             "{{\n\t.reg .pred issue;\n\tsetp.ne.b32 issue, ${at}, 0;\n\t@issue {statement}\n\t}}"
         );
-        let wide = |v: &BasicValueEnum<'ctx>| {
-            v.is_int_value() && v.into_int_value().get_type().get_bit_width() == 64
-        };
-        let mut constraints: Vec<String> = inputs
-            .iter()
-            .map(|v| if wide(v) { "l" } else { "r" }.to_string())
-            .collect();
-        constraints.push("r".to_string());
         let mut all = inputs.to_vec();
         all.push(pred.into());
-        self.asm(&asm, &constraints, &[], &all)?;
+        self.asm(&asm, &int_constraints(&all), &[], &all)?;
         Ok(())
     }
 
@@ -819,4 +811,16 @@ impl<'ctx> Translation<'_, 'ctx> {
                 .into(),
         })
     }
+}
+
+/// The asm constraints of integer `inputs`: `l` for 64-bit ones, `r` for the rest.
+fn int_constraints(inputs: &[BasicValueEnum<'_>]) -> Vec<String> {
+    inputs
+        .iter()
+        .map(|v| match v {
+            BasicValueEnum::IntValue(i) if i.get_type().get_bit_width() == 64 => "l",
+            _ => "r",
+        })
+        .map(str::to_string)
+        .collect()
 }

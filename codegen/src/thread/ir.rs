@@ -404,7 +404,8 @@ pub enum Op {
         pred: Reg,
     },
     /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes` from
-    /// one lane (`elect.sync`) of each warp where `warps` holds (the same in all its lanes):
+    /// one lane (`elect.sync`) of each warp where `warps` holds (in the PTX, where any of its
+    /// lanes' does; the emulator requires it, and the operands, the same in all of them):
     /// copies the box of the program's tensor map `map` at `coords` (i32, the array's innermost
     /// dimension first) to shared `dst` (128-aligned), swizzled as the map says, zeros where
     /// the box leaves the array; its bytes complete transactions on `bar`.

@@ -786,10 +786,9 @@ fn flag_spec(case: &Case, name: &str) -> bool {
     matches!(case.kernel.spec.get(name), Some(SpecValue::Bool(true)))
 }
 
-/// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45, 45 x 70, and 40 x
-/// 333, whose key loops run long enough to reuse every pipeline buffer under a product carried
-/// across the back edge), padded
-/// strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in [-4, 4)).
+/// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70, and
+/// 40 x 333, whose key loops run long enough to refill every pipeline buffer), padded strides
+/// (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in [-4, 4)).
 /// The backward kernels get the interpreter's forward outputs (O, LSE) and `delta = rowsum(dO O)`.
 fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();

@@ -64,7 +64,11 @@ impl Lowering<'_> {
         let pipeline = match self.layouts.pipeline_at(self.current_inst) {
             Some(info) => {
                 let bounds = [lower, upper, step];
-                Some(self.pipeline_prologue(inst, info, &body.params, &init, bounds)?)
+                let mut pipeline =
+                    self.pipeline_prologue(inst, info, &body.params, &init, bounds)?;
+                // A body that issues `wgmma`s issues its first ones before the copies.
+                pipeline.defer_copies = body.insts.iter().any(|i| self.issues_wgmma(i));
+                Some(pipeline)
             }
             None => None,
         };
@@ -90,12 +94,8 @@ impl Lowering<'_> {
         };
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
-        // A body that starts `wgmma`s issues them before its copies.
-        let defer = body.insts.iter().any(|i| self.issues_wgmma(i));
         let (body_block, _) = self.nested_block(body, |this| match &pipeline {
-            Some(pipeline) => {
-                this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state, defer)
-            }
+            Some(pipeline) => this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state),
             None => Ok(Vec::new()),
         })?;
         self.pending = Pending::unknown();

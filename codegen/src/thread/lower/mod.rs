@@ -163,7 +163,7 @@ pub(super) struct Lowering<'a> {
     /// `dot`s on `wgmma` whose results are not waited for yet, and the groups committed so far.
     in_flight: wgmma::InFlight,
     /// A pipelined loop's copies held back until its body's first `wgmma`s, with the depth of
-    /// the body's block ([`pipeline`]).
+    /// the body's block ([`pipeline`]); one loop's at a time.
     deferred_copies: Option<(usize, Vec<Inst>)>,
 }
 
@@ -436,8 +436,8 @@ impl Lowering<'_> {
             self.loc = Some(inst.loc);
             self.converted.clear();
             self.wait_for_operands(inst);
-            // Held-back copies go right after the `wgmma`s the body starts with, before the
-            // first instruction that is neither one of them nor free (a staged view).
+            // Held-back copies go right after the body's first `wgmma`s, before the first
+            // instruction after them that is neither another nor one that emits nothing.
             if !self.in_flight.is_empty()
                 && !self.issues_wgmma(inst)
                 && !self.lowers_to_nothing(inst)
@@ -469,8 +469,8 @@ impl Lowering<'_> {
         Ok(Vec::new())
     }
 
-    /// Whether `inst` emits nothing: a pipelined load (its tile is in its buffer already) or a
-    /// transposed view of a staged tile.
+    /// Whether `inst` emits no instruction: a pipelined load (its tile is in its buffer
+    /// already) or a transposed view of a staged tile (a view, recorded).
     fn lowers_to_nothing(&self, inst: &TileInst) -> bool {
         match inst.op {
             TileOp::LoadBlock { .. } => self.layouts.pipelined_load(self.current_inst).is_some(),
@@ -505,13 +505,11 @@ impl Lowering<'_> {
             }
             TileOp::Broadcast { value } => one(self.broadcast(inst, *value)?),
             TileOp::ExpandDims { value, axis } => one(self.expand_dims(inst, *value, *axis)?),
-            TileOp::Trans { value } => match self.layouts.layout(inst.results[0]) {
-                Some(Layout::Shared(_)) => {
-                    self.transposed_view(inst, *value)?;
-                    one(Vec::new())
-                }
-                _ => one(self.trans(inst, *value)?),
-            },
+            TileOp::Trans { value } if self.lowers_to_nothing(inst) => {
+                self.transposed_view(inst, *value)?;
+                one(Vec::new())
+            }
+            TileOp::Trans { value } => one(self.trans(inst, *value)?),
             TileOp::Cast { value } => one(self.cast(inst, *value)?),
             TileOp::Unary { op, value } => one(self.unary(inst, *op, *value)?),
             TileOp::Binary { op, lhs, rhs } => one(self.binary(inst, *op, *lhs, *rhs)?),
@@ -542,11 +540,7 @@ impl Lowering<'_> {
             } => one(self.make_block_ptr(*base, shape, strides, offsets, order.len())?),
             TileOp::Advance { ptr, offsets } => one(self.advance(*ptr, offsets)?),
             // A pipelined load is already in its shared buffer: only `dot`s read it, from there.
-            TileOp::LoadBlock { .. }
-                if self.layouts.pipelined_load(self.current_inst).is_some() =>
-            {
-                one(Vec::new())
-            }
+            TileOp::LoadBlock { .. } if self.lowers_to_nothing(inst) => one(Vec::new()),
             TileOp::LoadBlock {
                 ptr,
                 boundary_check,

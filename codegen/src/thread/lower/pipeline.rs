@@ -16,8 +16,9 @@
 //!
 //! A copy moves 16 bytes; a row outside the array, or an iteration past the loop's end, copies
 //! zero source bytes (zero-filled, nothing read). Every thread commits a group each time, empty
-//! or not, so that the wait counts stay uniform. Where the body opens with `wgmma`s, its copies
-//! go right after them (before the first other instruction, or the first `wgmma` wait).
+//! or not, so that the wait counts stay uniform. Where the body issues `wgmma`s, its copies go
+//! right after its first ones (before the next instruction that emits code, or the first
+//! `wgmma` wait).
 //!
 //! With TMA ([`crate::layout::pipeline`]) warp 0 copies whole tiles (one elected lane), one
 //! `mbarrier` per buffer:
@@ -59,6 +60,9 @@ pub(super) struct Pipeline {
     upper: Reg,
     step: Reg,
     tma: Option<TmaIssue>,
+    /// Whether the copies at the top wait for the body's first `wgmma`s
+    /// ([`Lowering::copies_now_or_later`]).
+    pub defer_copies: bool,
 }
 
 /// A TMA loop's barriers and issuers.
@@ -114,6 +118,7 @@ impl Lowering<'_> {
             upper,
             step,
             tma,
+            defer_copies: false,
         };
         // The buffers may still be read by what ran before (an outer loop's last iteration).
         if self.pending.reads {
@@ -156,9 +161,8 @@ impl Lowering<'_> {
 
     /// At the top of the body: waits for this iteration's tiles, binds each pipelined load to
     /// its buffer `slot` (`state[0]`), and issues the copies `stages - 1` iterations ahead into
-    /// the buffer the previous iteration read; where `defer`, they wait for the body's first
-    /// `wgmma`s ([`Self::issue_deferred_copies`]). Returns the next iteration's state.
-    #[allow(clippy::too_many_arguments)]
+    /// the buffer the previous iteration read (after the body's first `wgmma`s, where the
+    /// pipeline says so). Returns the next iteration's state.
     pub(super) fn pipeline_top(
         &mut self,
         inst: &TileInst,
@@ -167,7 +171,6 @@ impl Lowering<'_> {
         params: &[Vec<Reg>],
         iv: Reg,
         state: &[Reg],
-        defer: bool,
     ) -> Result<Vec<Reg>> {
         let stages = pipeline.loop_info.stages;
         let slot = state[0];
@@ -204,7 +207,7 @@ impl Lowering<'_> {
             let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
             self.shared_tiles.insert(load.value, tile);
         }
-        self.copies_now_or_later(defer, |this| {
+        self.copies_now_or_later(pipeline.defer_copies, |this| {
             if pipeline.tma.is_some() {
                 return this.issue_tma(
                     inst,
@@ -285,7 +288,9 @@ impl Lowering<'_> {
         defer: bool,
         copies: impl FnOnce(&mut Self) -> Result<()>,
     ) -> Result<()> {
-        if !defer {
+        // One loop's at a time: a loop nested (in an `if`) before the outer body's first
+        // `wgmma`s emits its own at once, the outer ones still held.
+        if !defer || self.deferred_copies.is_some() {
             return copies(self);
         }
         self.blocks.push(Vec::new());
@@ -300,12 +305,8 @@ impl Lowering<'_> {
     /// the body that held them: at the first instruction after its opening `wgmma`s, a `wgmma`
     /// wait, a loop, or the body's end, whichever comes first.
     pub(super) fn issue_deferred_copies(&mut self) {
-        if self
-            .deferred_copies
-            .as_ref()
-            .is_some_and(|(depth, _)| *depth == self.blocks.len())
-            && let Some((_, insts)) = self.deferred_copies.take()
-        {
+        let depth = self.blocks.len();
+        if let Some((_, insts)) = self.deferred_copies.take_if(|(at, _)| *at == depth) {
             for inst in insts {
                 self.push(inst);
             }
