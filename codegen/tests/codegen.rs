@@ -645,16 +645,7 @@ fn gemm_with_a_nested_gemm(
 fn nested_pipelined_loops_keep_their_own_copies() {
     use kiln_codegen::thread::{Block, Op};
     let kernel = gemm_with_a_nested_gemm::build(&Spec::new()).unwrap();
-    let options = ["a", "b"]
-        .into_iter()
-        .map(|p| (p, 16))
-        .chain([("a_row_stride", 8), ("b_row_stride", 8)])
-        .fold(
-            CompileOptions::new(Target::Sm90a, 4)
-                .with_stages(3)
-                .with_wgmma(true),
-            |options, (name, n)| options.with_divisibility(name, n),
-        );
+    let options = aligned_gemm_options();
     let program = thread_program(&kernel, &options).unwrap();
     // The copies directly in a block, and the first `for` body in it or in its `if`s.
     let copies = |block: &Block| {
@@ -725,13 +716,10 @@ fn first_of_batch_gemm(
     store(c_block, acc, [0, 1]);
 }
 
-/// A loop copies with TMA only where what the launch guarantees proves what a tensor map needs
-/// (every stride a multiple of 16 bytes): B's batch stride, which the 16-byte vectors never
-/// need (its offset is 0), must be promised too; without it the loop stays on `cp.async`.
-#[test]
-fn tma_needs_every_stride_proved_aligned() {
-    let kernel = first_of_batch_gemm::build(&Spec::new()).unwrap();
-    let options = ["a", "b"]
+/// sm_90a, 4 warps, 3 stages on `wgmma`, with `a` and `b` promised 16-byte aligned and their
+/// row strides multiples of 8 elements: what a GEMM's A and B need to copy with TMA.
+fn aligned_gemm_options() -> CompileOptions {
+    ["a", "b"]
         .into_iter()
         .map(|p| (p, 16))
         .chain([("a_row_stride", 8), ("b_row_stride", 8)])
@@ -740,7 +728,16 @@ fn tma_needs_every_stride_proved_aligned() {
                 .with_stages(3)
                 .with_wgmma(true),
             |options, (name, n)| options.with_divisibility(name, n),
-        );
+        )
+}
+
+/// A loop copies with TMA only where what the launch guarantees proves what a tensor map needs
+/// (every stride a multiple of 16 bytes): B's batch stride, which the 16-byte vectors never
+/// need (its offset is 0), must be promised too; without it the loop stays on `cp.async`.
+#[test]
+fn tma_needs_every_stride_proved_aligned() {
+    let kernel = first_of_batch_gemm::build(&Spec::new()).unwrap();
+    let options = aligned_gemm_options();
     let cp_async = compile(&kernel, &options).unwrap();
     let layout = cp_async.dump("layout").unwrap();
     assert!(cp_async.tensor_maps().is_empty(), "{layout}");
