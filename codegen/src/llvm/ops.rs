@@ -185,12 +185,7 @@ impl<'ctx> Translation<'_, 'ctx> {
                     coords.join(", "),
                     coords.len() + 2
                 );
-                let warps = self.value(*warps)?.into_int_value();
-                inputs.push(
-                    self.builder
-                        .build_int_z_extend(warps, self.context.i32_type(), "")?
-                        .into(),
-                );
+                inputs.push(self.asm_flag(*warps)?);
                 self.asm(&asm, &int_constraints(&inputs), &[], &inputs)?;
                 return Ok(());
             }
@@ -590,18 +585,23 @@ impl<'ctx> Translation<'_, 'ctx> {
         inputs: &[BasicValueEnum<'ctx>],
         pred: crate::thread::Reg,
     ) -> Result<()> {
-        let pred = self.value(pred)?.into_int_value();
-        let pred = self
-            .builder
-            .build_int_z_extend(pred, self.context.i32_type(), "")?;
         let at = inputs.len();
         let asm = format!(
             "{{\n\t.reg .pred issue;\n\tsetp.ne.b32 issue, ${at}, 0;\n\t@issue {statement}\n\t}}"
         );
         let mut all = inputs.to_vec();
-        all.push(pred.into());
+        all.push(self.asm_flag(pred)?);
         self.asm(&asm, &int_constraints(&all), &[], &all)?;
         Ok(())
+    }
+
+    /// An i1 register as the i32 an asm statement tests (`setp.ne.b32 p, $n, 0`).
+    fn asm_flag(&self, flag: crate::thread::Reg) -> Result<BasicValueEnum<'ctx>> {
+        let flag = self.value(flag)?.into_int_value();
+        Ok(self
+            .builder
+            .build_int_z_extend(flag, self.context.i32_type(), "")?
+            .into())
     }
 
     /// The PTX constraint letter of a register of type `ty`.

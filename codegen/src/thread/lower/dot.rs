@@ -15,8 +15,8 @@ use crate::layout::mma::{
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{
-    ConversionKind, Layout, LayoutAssignment, MmaVersion, PipelinedLoop, THREADS_PER_WARP,
-    ThreadMap, linear_terms, nested_regions,
+    ConversionKind, Layout, LayoutAssignment, PipelinedLoop, THREADS_PER_WARP, ThreadMap,
+    linear_terms, nested_regions,
 };
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -507,7 +507,7 @@ impl Lowering<'_> {
             return Err(unsupported(inst, "expected an mma accumulator layout"));
         };
         let mma = layout.as_v2();
-        if layout.version == MmaVersion::V3 {
+        if self.issues_wgmma(inst) {
             return self.wgmma_dot(inst, mma, [lhs, rhs, acc]);
         }
         let (a_shape, b_shape) = (self.shape(lhs), self.shape(rhs));
