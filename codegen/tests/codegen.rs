@@ -586,7 +586,7 @@ fn the_emulator_finds_tma_copies_misused() {
     let err = emulated(&one_thread).unwrap_err();
     assert!(
         err.to_string()
-            .contains("is split on whether it issues a TMA copy"),
+            .contains("is split on whether it runs this cp.async.bulk.tensor"),
         "{err}"
     );
     let mut short = program.clone();
@@ -682,6 +682,155 @@ fn nested_pipelined_loops_keep_their_own_copies() {
         .position(|i| matches!(i.op, Op::TmaLoad { .. }))
         .unwrap_or(0);
     assert!(first_copy > commit, "the outer copies come before its dot");
+}
+
+/// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
+/// without the arrivals the copier waits forever, and without its wait the copy races the
+/// other warpgroup's reads (the GEMM of two warpgroups, its K loop on three stages).
+#[test]
+fn the_emulator_finds_empty_barriers_misused() {
+    use kiln_codegen::thread::Op;
+    let case = case("gemm_f16_wgmma_m128_n128_k64_s3_w8_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    let mut no_arrivals = program.clone();
+    drop_insts(&mut no_arrivals.body, &|op| {
+        matches!(op, Op::MbarrierArrive { .. })
+    });
+    let err = emulated(&no_arrivals).unwrap_err();
+    assert!(
+        err.to_string().contains("deadlock: waiting for phase"),
+        "{err}"
+    );
+    let mut no_waits = program.clone();
+    drop_insts(&mut no_waits.body, &|op| {
+        matches!(op, Op::MbarrierWait { warps: Some(_), .. })
+    });
+    let err = emulated(&no_waits).unwrap_err();
+    assert!(err.to_string().contains("race"), "{err}");
+}
+
+/// The two warpgroups of the GEMM take turns issuing their `wgmma`s on named barriers; the
+/// emulator replays every warp's waits apart and finds each way to get the turns wrong: no
+/// first turn for warpgroup 0, a turn passed back to oneself, a block-wide barrier inside a
+/// turn (all deadlocks), and the last turn never taken back.
+#[test]
+fn the_emulator_finds_turns_misused() {
+    use kiln_codegen::thread::{Block, Inst, Op};
+    let case = case("gemm_f16_wgmma_m128_n128_k64_s3_w8_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    let mut turns = Vec::new();
+    edit_ops(&mut program.clone().body, &mut |op| {
+        if let Op::NamedBarrier { wait, pred, .. } = op {
+            turns.push((*wait, pred.is_some()));
+        }
+    });
+    // (wait, predicated): the first turn given, each iteration's taken and passed, the last
+    // taken back.
+    turns.sort();
+    assert_eq!(
+        turns,
+        [(false, false), (false, true), (true, false), (true, true)],
+        "{program}"
+    );
+    let deadlock = "deadlock once warps run apart";
+
+    let mut no_first_turn = program.clone();
+    drop_insts(&mut no_first_turn.body, &|op| {
+        matches!(
+            op,
+            Op::NamedBarrier {
+                wait: false,
+                pred: Some(_),
+                ..
+            }
+        )
+    });
+    let err = emulated(&no_first_turn).unwrap_err();
+    assert!(err.to_string().contains(deadlock), "{err}");
+
+    let mut not_taken_back = program.clone();
+    drop_insts(&mut not_taken_back.body, &|op| {
+        matches!(
+            op,
+            Op::NamedBarrier {
+                wait: true,
+                pred: Some(_),
+                ..
+            }
+        )
+    });
+    let err = emulated(&not_taken_back).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("ends with named barrier 1 at 128 of 256 threads arrived"),
+        "{err}"
+    );
+
+    let mut own = None;
+    edit_ops(&mut program.clone().body, &mut |op| {
+        if let Op::NamedBarrier {
+            id,
+            wait: true,
+            pred: None,
+            ..
+        } = op
+        {
+            own = Some(*id);
+        }
+    });
+    let mut passed_to_self = program.clone();
+    edit_ops(&mut passed_to_self.body, &mut |op| {
+        if let Op::NamedBarrier {
+            id,
+            wait: false,
+            pred: None,
+            ..
+        } = op
+        {
+            *id = own.expect("a turn taken");
+        }
+    });
+    let err = emulated(&passed_to_self).unwrap_err();
+    assert!(err.to_string().contains(deadlock), "{err}");
+
+    fn barrier_in_turn(block: &mut Block) {
+        let taken = block.insts.iter().position(|i| {
+            matches!(
+                i.op,
+                Op::NamedBarrier {
+                    wait: true,
+                    pred: None,
+                    ..
+                }
+            )
+        });
+        if let Some(at) = taken {
+            let loc = block.insts[at].loc;
+            let barrier = Inst {
+                results: Vec::new(),
+                op: Op::Barrier,
+                loc,
+            };
+            block.insts.insert(at + 1, barrier);
+        }
+        for_each_block(block, &mut barrier_in_turn);
+    }
+    let mut waits_in_turn = program.clone();
+    barrier_in_turn(&mut waits_in_turn.body);
+    let err = emulated(&waits_in_turn).unwrap_err();
+    assert!(err.to_string().contains(deadlock), "{err}");
 }
 
 /// A GEMM whose B is one matrix of a batch (the batch dimension indexed at 0).
@@ -851,12 +1000,12 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (64 x 128), the first K tile (64 x 128, before the loop that overlaps the softmax), and
-    // two buffers each of K and V (64 x 128), bf16; 1024-byte aligned for `wgmma`'s swizzle;
-    // then the two TMA barriers of the buffers (8 bytes each), padded to 128.
+    // Q (128 x 128), the first K tile (128 x 128, before the loop that overlaps the softmax),
+    // and two buffers each of K and V (128 x 128), bf16; 1024-byte aligned for `wgmma`'s
+    // swizzle; then the buffers' `full` and `empty` TMA barriers (8 bytes each), padded to 128.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (64 + 64 + 2 * (64 + 64)) * 128 * 2 + 128
+        (128 + 128 + 2 * (128 + 128)) * 128 * 2 + 128
     );
     assert!(
         compiled

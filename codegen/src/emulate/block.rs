@@ -8,6 +8,7 @@ use kiln_dsl::TensorMapParams;
 
 use super::EmulationError;
 use super::memory::{Global, Shared};
+use super::replay::{Event, Log};
 use super::tma::Mbarriers;
 use crate::layout::THREADS_PER_WARP;
 use crate::layout::mma::{
@@ -43,11 +44,20 @@ pub(super) fn run_block(
         groups: vec![VecDeque::new(); threads],
         maps,
         mbarriers: Mbarriers::default(),
+        log: has_named_barriers(&program.body).then(|| Log::new(threads.div_ceil(32))),
     };
     for (param, &value) in program.params.iter().zip(params) {
         state.regs[param.reg.index()] = vec![value; threads];
     }
     state.block(&program.body)?;
+    if let Some(log) = &state.log {
+        log.replay().map_err(|message| EmulationError {
+            message,
+            loc: None,
+            block: ctaid,
+            thread: None,
+        })?;
+    }
     // A copy still in flight when the kernel ends would land in shared memory nobody owns.
     if let Some(thread) = (0..threads).find(|&t| {
         !state.open_copies[t].is_empty() || state.groups[t].iter().any(|g| !g.is_empty())
@@ -103,6 +113,22 @@ struct BlockState<'a, 'g> {
     /// The launch's tensor maps, and the block's `mbarrier`s with the TMA copies on them.
     maps: &'a [TensorMapParams],
     mbarriers: Mbarriers,
+    /// Each warp's waits and arrivals, where the program has named barriers ([`super::replay`]).
+    log: Option<Log>,
+}
+
+/// Whether `block` (or a block nested in it) has a named barrier.
+fn has_named_barriers(block: &Block) -> bool {
+    block.insts.iter().any(|inst| match &inst.op {
+        Op::NamedBarrier { .. } => true,
+        Op::For { body, .. } => has_named_barriers(body),
+        Op::If {
+            then_block,
+            else_block,
+            ..
+        } => has_named_barriers(then_block) || has_named_barriers(else_block),
+        _ => false,
+    })
 }
 
 /// The mask of a type's width.
@@ -237,6 +263,46 @@ impl BlockState<'_, '_> {
             Op::Yield(_) => Err(self.error(inst, None, "a yield inside a block".to_string())),
             Op::Barrier => {
                 self.shared.barrier();
+                let threads = self.threads as u32;
+                for warp in 0..self.threads.div_ceil(THREADS_PER_WARP as usize) {
+                    let wait = true;
+                    self.log(
+                        warp,
+                        Event::Named {
+                            id: 0,
+                            threads,
+                            wait,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Op::NamedBarrier {
+                id,
+                threads,
+                wait,
+                pred,
+            } => {
+                for lane in self.issuing_lanes(inst, *pred, &[*id])? {
+                    let id = self.get(*id, lane);
+                    if !(1..16).contains(&id) {
+                        let message = format!("named barrier {id} (barriers 1 to 15 are named)");
+                        return Err(self.error(inst, Some(lane), message));
+                    }
+                    if threads % THREADS_PER_WARP != 0 || *threads as usize > self.threads {
+                        let message = format!(
+                            "named barrier {id} counts {threads} threads: not whole warps of the \
+                             block's {}",
+                            self.threads
+                        );
+                        return Err(self.error(inst, Some(lane), message));
+                    }
+                    let (id, threads, wait) = (id as u32, *threads, *wait);
+                    self.log(
+                        lane / THREADS_PER_WARP as usize,
+                        Event::Named { id, threads, wait },
+                    );
+                }
                 Ok(())
             }
             Op::Store { ptr, value, pred } => {
@@ -355,6 +421,8 @@ impl BlockState<'_, '_> {
                 for t in self.predicated(*pred) {
                     let init = self.mbarriers.init(self.get(*bar, t), *count);
                     init.map_err(|m| self.error(inst, Some(t), m))?;
+                    let (bar, count) = (self.get(*bar, t), *count);
+                    self.log_thread(t, Event::MbarrierInit { bar, count });
                 }
                 Ok(())
             }
@@ -363,18 +431,43 @@ impl BlockState<'_, '_> {
                 for t in self.predicated(*pred) {
                     let arrive = self.mbarriers.arrive_expect_tx(self.get(*bar, t), *bytes);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
+                    let bar = self.get(*bar, t);
+                    self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
                 }
                 Ok(())
             }
-            Op::MbarrierWait { bar, parity } => {
+            Op::MbarrierArrive { bar } => {
+                for t in 0..self.threads {
+                    let arrive = self.mbarriers.arrive(self.get(*bar, t));
+                    arrive.map_err(|m| self.error(inst, Some(t), m))?;
+                    let bar = self.get(*bar, t);
+                    self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
+                }
+                Ok(())
+            }
+            Op::MbarrierWait { bar, parity, warps } => {
+                // In lockstep a wait is one event: it happens if any warp waits.
+                let waiting = self.issuing_lanes(inst, *warps, &[*bar, *parity])?;
+                if waiting.is_empty() {
+                    return Ok(());
+                }
                 let (bar, parity) = (self.uniform(inst, *bar)?, self.uniform(inst, *parity)?);
-                let waited = self.mbarriers.wait(&mut self.shared, bar, parity as u32);
+                for lane in waiting {
+                    let parity = parity as u32;
+                    self.log_thread(lane, Event::MbarrierWait { bar, parity });
+                }
+                let threads = self.threads as u32;
+                let waited = self
+                    .mbarriers
+                    .wait(&mut self.shared, bar, parity as u32, threads);
                 waited.map_err(|m| self.error(inst, None, m))
             }
             Op::MbarrierInval { bar, pred } => {
                 for t in self.predicated(*pred) {
                     let inval = self.mbarriers.inval(self.get(*bar, t));
                     inval.map_err(|m| self.error(inst, Some(t), m))?;
+                    let bar = self.get(*bar, t);
+                    self.log_thread(t, Event::MbarrierInval { bar });
                 }
                 Ok(())
             }
@@ -391,7 +484,7 @@ impl BlockState<'_, '_> {
                 };
                 let mut operands = vec![*dst, *bar];
                 operands.extend(coords);
-                for t in self.issuing_lanes(inst, *warps, &operands)? {
+                for t in self.issuing_lanes(inst, Some(*warps), &operands)? {
                     let at: Vec<i64> = coords
                         .iter()
                         .map(|&c| signed(self.get(c, t), Type::I32))
@@ -680,17 +773,25 @@ impl BlockState<'_, '_> {
         Ok(out)
     }
 
-    /// The first lane of each warp where `warps` holds, which must hold in all its lanes or in
-    /// none (the PTX issues where any lane's does; kiln's are uniform by construction, and a
-    /// split one is a lowering bug), as must the `operands` the lane issues with.
-    fn issuing_lanes(&self, inst: &Inst, warps: Reg, operands: &[Reg]) -> Result<Vec<usize>> {
+    /// The first lane of each warp where `warps` holds (every warp without it), which must hold
+    /// in all its lanes or in none (a branch whole warps take or skip: around `elect.sync`,
+    /// which every lane of the warp must reach, or a wait or barrier; kiln's are uniform by
+    /// construction, and a split one is a lowering bug), as must the `operands` the lane issues
+    /// with.
+    fn issuing_lanes(
+        &self,
+        inst: &Inst,
+        warps: Option<Reg>,
+        operands: &[Reg],
+    ) -> Result<Vec<usize>> {
         let mut lanes = Vec::new();
         for start in (0..self.threads).step_by(THREADS_PER_WARP as usize) {
             let end = (start + THREADS_PER_WARP as usize).min(self.threads);
-            let holds = |t: usize| self.get(warps, t) & 1 != 0;
+            let holds = |t: usize| warps.is_none_or(|w| self.get(w, t) & 1 != 0);
             if (start..end).any(holds) != (start..end).all(holds) {
                 let message = format!(
-                    "the warp of threads {start}..{end} is split on whether it issues a TMA copy"
+                    "the warp of threads {start}..{end} is split on whether it runs this {}",
+                    inst_name(&inst.op)
                 );
                 return Err(self.error(inst, Some(start), message));
             }
@@ -710,6 +811,18 @@ impl BlockState<'_, '_> {
             lanes.push(start);
         }
         Ok(lanes)
+    }
+
+    /// Logs `event` for warp `warp`, where the block keeps a log.
+    fn log(&mut self, warp: usize, event: Event) {
+        if let Some(log) = &mut self.log {
+            log.record(warp, event);
+        }
+    }
+
+    /// Logs `event` for the warp of thread `thread`.
+    fn log_thread(&mut self, thread: usize, event: Event) {
+        self.log(thread / THREADS_PER_WARP as usize, event);
     }
 
     /// The threads where `pred` holds.
@@ -824,6 +937,7 @@ impl BlockState<'_, '_> {
             | Op::If { .. }
             | Op::Yield(_)
             | Op::Barrier
+            | Op::NamedBarrier { .. }
             | Op::Store { .. }
             | Op::AtomicAdd { .. }
             | Op::StoreVector { .. }
@@ -834,6 +948,7 @@ impl BlockState<'_, '_> {
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
             | Op::MbarrierArriveExpectTx { .. }
+            | Op::MbarrierArrive { .. }
             | Op::MbarrierWait { .. }
             | Op::MbarrierInval { .. }
             | Op::TmaLoad { .. }
@@ -941,7 +1056,8 @@ fn inst_name(op: &Op) -> &'static str {
         Op::Shuffle { .. } => "shfl.sync",
         Op::Ldmatrix { .. } => "ldmatrix",
         Op::Mma { .. } => "mma.sync",
-        Op::Barrier => "bar.sync",
+        Op::Barrier | Op::NamedBarrier { wait: true, .. } => "bar.sync",
+        Op::NamedBarrier { .. } => "bar.arrive",
         Op::For { .. } => "for",
         Op::If { .. } => "if",
         Op::Int(..) | Op::IntAbs(..) => "integer op",

@@ -35,6 +35,7 @@
 
 mod block;
 mod memory;
+mod replay;
 mod tma;
 
 use std::fmt;

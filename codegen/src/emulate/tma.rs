@@ -79,6 +79,22 @@ impl Mbarriers {
         Ok(())
     }
 
+    /// A plain arrival (no transaction bytes): the phase completes with the last one.
+    pub fn arrive(&mut self, bar: u64) -> Result<(), String> {
+        let barrier = self.get(bar)?;
+        if barrier.pending == 0 {
+            return Err(format!(
+                "arrival on the mbarrier at shared byte {bar}, whose phase has all its arrivals"
+            ));
+        }
+        barrier.pending -= 1;
+        if barrier.pending == 0 && barrier.expected == 0 && barrier.copies.is_empty() {
+            barrier.parity ^= 1;
+            barrier.pending = barrier.count;
+        }
+        Ok(())
+    }
+
     /// A TMA copy into `dst` through `map` at `coords` (innermost first), completing its bytes on
     /// `bar`: read now, landing when the phase completes.
     pub fn copy(
@@ -152,10 +168,22 @@ impl Mbarriers {
     }
 
     /// Waits for the phase of parity `parity` of `bar`: returns at once if it completed,
-    /// completes it (its copies land) if it can, else reports the deadlock.
-    pub fn wait(&mut self, shared: &mut Shared, bar: u64, parity: u32) -> Result<(), String> {
+    /// completes it (its copies land) if it can, else reports the deadlock. A wait on a barrier
+    /// every one of the block's `threads` arrives on (a pipeline buffer's `empty` barrier) is a
+    /// barrier to the race checks: what each thread did before arriving comes before what
+    /// follows the wait (the copies into the buffer).
+    pub fn wait(
+        &mut self,
+        shared: &mut Shared,
+        bar: u64,
+        parity: u32,
+        threads: u32,
+    ) -> Result<(), String> {
         let barrier = self.get(bar)?;
         if barrier.parity != parity & 1 {
+            if barrier.count == threads {
+                shared.barrier();
+            }
             return Ok(());
         }
         if barrier.pending > 0 || barrier.delivered != barrier.expected {

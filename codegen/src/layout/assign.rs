@@ -135,6 +135,13 @@ impl LayoutAssignment {
             .any(|l| matches!(l, Layout::Mma(m) if m.version == MmaVersion::V3))
     }
 
+    /// Whether the program's warpgroups issue `wgmma`s apart, several of them each on its own
+    /// rows of every `dot`: they then take turns at the tensor cores, and a TMA loop frees its
+    /// buffers with barriers rather than a `bar.sync` an iteration (`thread::lower`).
+    pub fn warpgroups_take_turns(&self) -> bool {
+        self.uses_wgmma() && self.num_warps > super::wgmma::WARPS_PER_WARPGROUP
+    }
+
     /// The distinct layouts in order of first use by a value, then conversion targets, then
     /// pipelined loads' buffers: the text form's aliases.
     pub fn distinct_layouts(&self) -> Vec<Layout> {

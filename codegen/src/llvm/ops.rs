@@ -115,6 +115,22 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::Barrier => return self.call_intrinsic_void("llvm.nvvm.barrier0"),
+            Op::NamedBarrier {
+                id,
+                threads,
+                wait,
+                pred,
+            } => {
+                let kind = if *wait { "sync" } else { "arrive" };
+                let statement = format!("bar.{kind} $0, {threads};");
+                let id = self.value(*id)?;
+                return match pred {
+                    Some(pred) => self.predicated_asm(&statement, &[id], *pred),
+                    None => self
+                        .asm(&statement, &["r".to_string()], &[], &[id])
+                        .map(drop),
+                };
+            }
             Op::FenceProxyAsync | Op::WgmmaFence | Op::WgmmaCommit => {
                 let statement = match &inst.op {
                     Op::FenceProxyAsync => "fence.proxy.async.shared::cta;",
@@ -140,14 +156,37 @@ impl<'ctx> Translation<'_, 'ctx> {
                 let asm = "mbarrier.inval.shared::cta.b64 [$0];";
                 return self.predicated_asm(asm, &[self.shared_word(*bar)?], *pred);
             }
-            Op::MbarrierWait { bar, parity } => {
+            Op::MbarrierArrive { bar } => {
+                let asm = "mbarrier.arrive.shared::cta.b64 _, [$0];";
+                self.asm(asm, &["r".to_string()], &[], &[self.shared_word(*bar)?])?;
+                return Ok(());
+            }
+            Op::MbarrierWait { bar, parity, warps } => {
                 // A loop of its own in the statement: `try_wait` returns after a while either way.
-                let asm = "{\n\t.reg .pred done;\n\
-                           kiln_wait_${:uid}:\n\t\
-                           mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t\
-                           @!done bra kiln_wait_${:uid};\n\t}";
-                let inputs = [self.shared_word(*bar)?, self.value(*parity)?];
-                self.asm(asm, &["r".to_string(), "r".to_string()], &[], &inputs)?;
+                let wait = "kiln_wait_${:uid}:\n\t\
+                            mbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n\t\
+                            @!done bra kiln_wait_${:uid};";
+                let mut inputs = vec![self.shared_word(*bar)?, self.value(*parity)?];
+                let asm = match warps {
+                    None => format!("{{\n\t.reg .pred done;\n{wait}\n\t}}"),
+                    Some(warps) => {
+                        let warps = self.value(*warps)?.into_int_value();
+                        let warps =
+                            self.builder
+                                .build_int_z_extend(warps, self.context.i32_type(), "")?;
+                        inputs.push(warps.into());
+                        // Skipped by whole warps, as `vote.sync` makes plain to ptxas.
+                        format!(
+                            "{{\n\t.reg .pred done;\n\t.reg .pred waits;\n\t\
+                             setp.ne.b32 waits, $2, 0;\n\t\
+                             vote.sync.any.pred waits, waits, -1;\n\t\
+                             @!waits bra kiln_waited_${{:uid}};\n{wait}\n\
+                             kiln_waited_${{:uid}}:\n\t}}"
+                        )
+                    }
+                };
+                let constraints = vec!["r".to_string(); inputs.len()];
+                self.asm(&asm, &constraints, &[], &inputs)?;
                 return Ok(());
             }
             Op::TmaLoad {
@@ -423,6 +462,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::CpAsyncCommit
             | Op::CpAsyncWait { .. }
             | Op::Barrier
+            | Op::NamedBarrier { .. }
             | Op::Yield(_)
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
@@ -434,6 +474,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
             | Op::MbarrierArriveExpectTx { .. }
+            | Op::MbarrierArrive { .. }
             | Op::MbarrierWait { .. }
             | Op::MbarrierInval { .. }
             | Op::TmaLoad { .. } => {

@@ -290,6 +290,18 @@ pub enum Op {
     /// `bar.sync 0`: every thread of the block waits here; shared-memory writes before it are
     /// visible to reads after it.
     Barrier,
+    /// `bar.sync id, threads` (with `wait`) or `bar.arrive id, threads` on the named barrier `id`
+    /// (an i32 register from 1, the same in every lane of a warp), in the warps where `pred`
+    /// holds (all without one; the same in all their lanes): `threads` arrivals, the waiting
+    /// and the arriving warps' together, complete a phase. Warpgroups take turns issuing
+    /// `wgmma`s on them ([`mod@crate::thread::lower`]'s turns); nothing relies on them to order
+    /// memory, and the emulator orders none by them.
+    NamedBarrier {
+        id: Reg,
+        threads: u32,
+        wait: bool,
+        pred: Option<Reg>,
+    },
     /// `shfl.sync.{bfly,idx}.b32` over the full warp: the value (i32 or f32) of the source lane.
     Shuffle {
         mode: ShuffleMode,
@@ -390,12 +402,19 @@ pub enum Op {
         bytes: u32,
         pred: Reg,
     },
+    /// `mbarrier.arrive.shared::cta.b64 _, [bar]` in every thread: one arrival each on the
+    /// current phase (a pipeline buffer's `empty` barrier: this thread is done reading it).
+    MbarrierArrive {
+        bar: Reg,
+    },
     /// Waits until the phase of `bar` with parity `parity` (an i32, 0 or 1) has completed
-    /// (`mbarrier.try_wait.parity` until it says so); what the copies completing it wrote is
-    /// then visible to this thread.
+    /// (`mbarrier.try_wait.parity` until it says so), in every thread or, with `warps`, in the
+    /// warps where it holds (the same in all their lanes); what the copies completing the phase
+    /// wrote is then visible to the threads that waited.
     MbarrierWait {
         bar: Reg,
         parity: Reg,
+        warps: Option<Reg>,
     },
     /// `mbarrier.inval.shared::cta.b64 [bar]` where `pred` holds: its bytes may serve again
     /// (another barrier's) after a [`Op::Barrier`].

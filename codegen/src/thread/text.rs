@@ -168,6 +168,19 @@ fn op_text(op: &Op) -> String {
         Op::CpAsyncCommit => "cp.async.commit_group".to_string(),
         Op::CpAsyncWait { pending } => format!("cp.async.wait_group {pending}"),
         Op::Barrier => "bar.sync 0".to_string(),
+        Op::NamedBarrier {
+            id,
+            threads,
+            wait,
+            pred,
+        } => {
+            let kind = if *wait { "sync" } else { "arrive" };
+            let bar = format!("bar.{kind} {}, {threads}", reg(*id));
+            match pred {
+                Some(pred) => format!("{bar} if {}", reg(*pred)),
+                None => bar,
+            }
+        }
         Op::Shuffle { mode, value, lane } => format!(
             "shfl.sync.{} {}, {}",
             match mode {
@@ -257,8 +270,13 @@ fn op_text(op: &Op) -> String {
             reg(*bar),
             reg(*pred)
         ),
-        Op::MbarrierWait { bar, parity } => {
-            format!("mbarrier.wait.parity {}, {}", reg(*bar), reg(*parity))
+        Op::MbarrierArrive { bar } => format!("mbarrier.arrive {}", reg(*bar)),
+        Op::MbarrierWait { bar, parity, warps } => {
+            let wait = format!("mbarrier.wait.parity {}, {}", reg(*bar), reg(*parity));
+            match warps {
+                Some(warps) => format!("{wait} in warps where {}", reg(*warps)),
+                None => wait,
+            }
         }
         Op::MbarrierInval { bar, pred } => {
             format!("mbarrier.inval {} if {}", reg(*bar), reg(*pred))

@@ -11,7 +11,7 @@
 //! | --- | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 128 x 64, 4, 3, wgmma | 64, 4 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
@@ -21,7 +21,9 @@
 //! checked against f64 first; docs/PERF.md, 2026-11-22): on `wgmma` wherever it won (1.05-1.53x
 //! the `mma.sync` entries it replaced; the forward at head dim 32 and the causal one at 64, and
 //! dK/dV at 256, stay on `mma.sync`, which won there); four warps and 128 query rows wherever
-//! the kernel holds query rows, except where the accumulators need 8 warps. Several spill a little (up to
+//! the kernel holds query rows, except where the accumulators need 8 warps, and the forward at
+//! 128, whose two warpgroups take turns at the tensor cores (kiln-codegen's `thread::lower`,
+//! 2026-11-25, fifth session). Several spill a little (up to
 //! 700 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
 //! shared-memory reads of K and V per instruction against 16, which outweighs a few spilled
 //! values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
@@ -214,9 +216,10 @@ pub fn config(
             c(128, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 128) => [
-            // With K and V on TMA, 64-row blocks: 1.25x 128 x 64 (255 registers, spilling),
-            // causal or not (`kiln tune`, seqlen 8192, docs/PERF.md, 2026-11-25).
-            c(64, 64, 4, 2).on_wgmma(),
+            // Two warpgroups taking turns at the tensor cores: 1.19x (1.16x causal) the
+            // 64 x 64 blocks of one warpgroup (`kiln tune`, seqlen 8192, docs/PERF.md,
+            // 2026-11-25, fifth session).
+            c(128, 128, 8, 2).on_wgmma(),
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],

@@ -47,7 +47,7 @@ pub use plan::AttentionKernel;
 /// // The block sizes, warps and stages each kernel runs with on a Hopper GPU, and on which
 /// // tensor-core instructions.
 /// let config = p.config(Target::Sm90a)?;
-/// assert_eq!((config.forward.block_m, config.forward.num_warps), (64, 4));
+/// assert_eq!((config.forward.block_m, config.forward.num_warps), (128, 8));
 /// assert!(config.forward.wgmma);
 /// assert!(AttentionParams { heads_q: 6, ..p }.validate().is_err());
 /// # Ok::<(), kiln_kernels::attention::AttentionError>(())

@@ -12,13 +12,21 @@ use crate::thread::ir::{Block, Inst, Op, Reg, Type};
 impl Lowering<'_> {
     /// Lowers `region` into a block of its own, after what `top` emits, ending in a yield of
     /// what the region yields and then of the registers `top` gave.
+    /// `bottom` runs after the region, its `dot`s complete, with the length of the block `top`
+    /// made.
     fn nested_block(
         &mut self,
         region: &Region,
         top: impl FnOnce(&mut Self) -> Result<Vec<Reg>>,
+        bottom: impl FnOnce(&mut Self, usize),
     ) -> Result<(Block, Vec<Vec<Reg>>)> {
         self.blocks.push(Vec::new());
-        let yielded = top(self).and_then(|extra| Ok((self.region(region)?, extra)));
+        let yielded = top(self).and_then(|extra| {
+            let top_len = self.blocks.last().map_or(0, Vec::len);
+            let yielded = self.region(region)?;
+            bottom(self, top_len);
+            Ok((yielded, extra))
+        });
         let mut insts = self.blocks.pop().unwrap_or_default();
         let (yielded, extra) = yielded?;
         let mut values: Vec<Reg> = yielded.iter().flatten().copied().collect();
@@ -61,6 +69,7 @@ impl Lowering<'_> {
         let loc = self.loc;
         let (lower, upper, step) = (self.reg(lower)?, self.reg(upper)?, self.reg(step)?);
         let init: Vec<Vec<Reg>> = init.iter().map(|&v| self.regs(v)).collect::<Result<_>>()?;
+        let mut takes_turns = false;
         let pipeline = match self.layouts.pipeline_at(self.current_inst) {
             Some(info) => {
                 let bounds = [lower, upper, step];
@@ -68,6 +77,7 @@ impl Lowering<'_> {
                     self.pipeline_prologue(inst, info, &body.params, &init, bounds)?;
                 // A body that issues `wgmma`s issues its first ones before the copies.
                 pipeline.defer_copies = body.insts.iter().any(|i| self.issues_wgmma(i));
+                takes_turns = info.uses_tma() && pipeline.defer_copies && self.begin_turns();
                 Some(pipeline)
             }
             None => None,
@@ -94,10 +104,23 @@ impl Lowering<'_> {
         };
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
-        let (body_block, _) = self.nested_block(body, |this| match &pipeline {
-            Some(pipeline) => this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state),
-            None => Ok(Vec::new()),
-        })?;
+        let (body_block, _) = self.nested_block(
+            body,
+            |this| match &pipeline {
+                Some(pipeline) => {
+                    this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state)
+                }
+                None => Ok(Vec::new()),
+            },
+            |this, top| {
+                if takes_turns {
+                    this.close_turn();
+                }
+                if let Some(pipeline) = &pipeline {
+                    this.pipeline_bottom(pipeline, &state, top);
+                }
+            },
+        )?;
         self.pending = Pending::unknown();
         let results = self.fresh(&init);
         let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();
@@ -117,6 +140,9 @@ impl Lowering<'_> {
             },
             loc,
         });
+        if takes_turns {
+            self.end_turns();
+        }
         if let Some(pipeline) = &pipeline {
             self.pipeline_drain(pipeline);
         }
@@ -132,9 +158,10 @@ impl Lowering<'_> {
         let loc = self.loc;
         let cond = self.reg(cond)?;
         let before = self.pending;
-        let (then_block, yielded) = self.nested_block(then_region, |_| Ok(Vec::new()))?;
+        let (then_block, yielded) =
+            self.nested_block(then_region, |_| Ok(Vec::new()), |_, _| {})?;
         let after_then = std::mem::replace(&mut self.pending, before);
-        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()))?;
+        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()), |_, _| {})?;
         self.pending.reads |= after_then.reads;
         self.pending.writes |= after_then.writes;
         let results = self.fresh(&yielded);

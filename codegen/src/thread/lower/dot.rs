@@ -109,7 +109,9 @@ impl SharedPlan {
         let buffers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_buffer_bytes(kernel, layouts, p)
         });
-        let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &pipeline_barrier_bytes);
+        let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
+            pipeline_barrier_bytes(layouts, p)
+        });
         let end = if barriers == 0 {
             staged + buffers
         } else {
@@ -145,10 +147,16 @@ fn nested_loop_bytes(
     most
 }
 
-/// The bytes of a TMA loop's `mbarrier`s, one per buffer (none without TMA).
-pub(super) fn pipeline_barrier_bytes(pipeline: &PipelinedLoop) -> u32 {
+/// The bytes of a TMA loop's `mbarrier`s: a `full` one per buffer, and an `empty` one where
+/// warpgroups take turns (none without TMA).
+pub(super) fn pipeline_barrier_bytes(layouts: &LayoutAssignment, pipeline: &PipelinedLoop) -> u32 {
+    let kinds = if layouts.warpgroups_take_turns() {
+        2
+    } else {
+        1
+    };
     if pipeline.uses_tma() {
-        pipeline.stages * super::pipeline::MBARRIER_BYTES
+        kinds * pipeline.stages * super::pipeline::MBARRIER_BYTES
     } else {
         0
     }

@@ -16,6 +16,7 @@ mod dot;
 mod memory;
 mod movement;
 mod pipeline;
+mod turns;
 mod wgmma;
 
 use std::collections::HashMap;
@@ -78,6 +79,8 @@ pub fn lower(
         narrowed: HashMap::new(),
         in_flight: wgmma::InFlight::default(),
         deferred_copies: None,
+        turns: None,
+        threads: options.threads_per_block(),
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -162,9 +165,14 @@ pub(super) struct Lowering<'a> {
     narrowed: HashMap<Reg, Reg>,
     /// `dot`s on `wgmma` whose results are not waited for yet, and the groups committed so far.
     in_flight: wgmma::InFlight,
+    /// Threads per block: every one arrives on a TMA buffer's `empty` barrier.
+    threads: u32,
     /// A pipelined loop's copies held back until its body's first `wgmma`s, with the depth of
     /// the body's block ([`pipeline`]); one loop's at a time.
     deferred_copies: Option<(usize, Vec<Inst>)>,
+    /// The turns of the pipelined loop whose body is being lowered, where warpgroups take
+    /// them ([`turns`]).
+    turns: Option<turns::Turns>,
 }
 
 impl Lowering<'_> {

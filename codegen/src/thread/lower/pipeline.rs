@@ -21,7 +21,7 @@
 //! `wgmma` wait).
 //!
 //! With TMA ([`crate::layout::pipeline`]) warp 0 copies whole tiles (one elected lane), one
-//! `mbarrier` per buffer:
+//! `full` `mbarrier` per buffer:
 //!
 //! ```text
 //! [bar.sync, if staged tiles were read]
@@ -37,17 +37,25 @@
 //!     yield .., slot + 1 (mod stages), phase flipped where the slot wraps
 //! bar.sync; mbarrier.inval bar(s) (thread 0)  // nothing in flight: past the end nothing was issued
 //! ```
+//!
+//! Where warpgroups take turns ([`super::turns`]) they must run apart, so the `bar.sync` of
+//! each iteration goes: every buffer also has an `empty` `mbarrier` that every thread arrives
+//! on at the end of the body (its `dot`s done with the buffer), and warp 0 waits for the
+//! buffer's previous `empty` phase before copying into it again. With one warpgroup the
+//! `bar.sync` stays: the `wgmma`s already hold its warps together, and the barriers cost more
+//! (docs/PERF.md).
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
 use super::dot::{
-    SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes, pipeline_buffer_bytes,
+    Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
+    pipeline_buffer_bytes,
 };
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
 use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP, TmaLoad};
-use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
+use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// Bytes of one `mbarrier`.
 pub(super) const MBARRIER_BYTES: u32 = 8;
@@ -68,8 +76,12 @@ pub(super) struct Pipeline {
 /// A TMA loop's barriers and issuers.
 #[derive(Clone, Copy)]
 struct TmaIssue {
-    /// The first buffer's `mbarrier` (bytes; the others follow).
+    /// The first buffer's `full` `mbarrier` (bytes; the others follow), whose phase completes
+    /// when the buffer's copies landed.
     barriers: u32,
+    /// Where warpgroups take turns, the first buffer's `empty` `mbarrier` (the others follow),
+    /// whose phase completes when every thread is done reading the buffer.
+    empty: Option<u32>,
     /// Whether this thread sets the barriers up and arrives on them (thread 0).
     issuer: Reg,
     /// Whether this thread's warp issues the copies (warp 0, from one elected lane: a copy
@@ -107,11 +119,13 @@ impl Lowering<'_> {
             let warp_size = self.i32_const(THREADS_PER_WARP as i64);
             TmaIssue {
                 barriers: self.next_barrier,
+                empty: (self.layouts.warpgroups_take_turns())
+                    .then_some(self.next_barrier + loop_info.stages * MBARRIER_BYTES),
                 issuer: self.icmp(IntCmp::Eq, self.tid, zero),
                 issuing_warp: self.icmp(IntCmp::Ult, self.tid, warp_size),
             }
         });
-        self.next_barrier += pipeline_barrier_bytes(loop_info);
+        self.next_barrier += pipeline_barrier_bytes(self.layouts, loop_info);
         let pipeline = Pipeline {
             loop_info: loop_info.clone(),
             buffers,
@@ -125,24 +139,39 @@ impl Lowering<'_> {
             self.barrier();
         }
         if let Some(TmaIssue {
-            barriers, issuer, ..
+            barriers,
+            empty,
+            issuer,
+            ..
         }) = pipeline.tma
         {
             for stage in 0..loop_info.stages {
                 let stage = self.i32_const(stage as i64);
-                let bar = self.barrier_of(barriers, stage);
-                self.emit_effect(Op::MbarrierInit {
-                    bar,
-                    count: 1,
-                    pred: issuer,
-                });
+                let empty = empty.map(|empty| (empty, self.threads));
+                for (first, count) in [(barriers, 1)].into_iter().chain(empty) {
+                    let bar = self.barrier_of(first, stage);
+                    self.emit_effect(Op::MbarrierInit {
+                        bar,
+                        count,
+                        pred: issuer,
+                    });
+                }
             }
             self.emit_effect(Op::FenceMbarrierInit);
             self.barrier();
             for ahead in 0..loop_info.stages - 1 {
                 let exists = self.iteration_exists(&pipeline, lower, ahead)?;
                 let stage = self.i32_const(ahead as i64);
-                self.issue_tma(inst, &pipeline, body_params, init, ahead, exists, stage)?;
+                self.issue_tma(
+                    inst,
+                    &pipeline,
+                    body_params,
+                    init,
+                    ahead,
+                    exists,
+                    stage,
+                    None,
+                )?;
             }
             return Ok(pipeline);
         }
@@ -175,18 +204,35 @@ impl Lowering<'_> {
         let stages = pipeline.loop_info.stages;
         let slot = state[0];
         match pipeline.tma {
-            Some(TmaIssue { barriers, .. }) => {
+            Some(TmaIssue {
+                barriers, empty, ..
+            }) => {
                 let bar = self.barrier_of(barriers, slot);
                 self.emit_effect(Op::MbarrierWait {
                     bar,
                     parity: state[1],
+                    warps: None,
                 });
+                if empty.is_some() {
+                    // No barrier: the copies into buffer slot - 1 wait on its `empty` barrier.
+                    // The body is lowered as if staged tiles had reads pending here but no
+                    // writes; where it leaves writes pending, [`Self::pipeline_bottom`] puts a
+                    // barrier here.
+                    self.pending = Pending {
+                        reads: true,
+                        writes: false,
+                    };
+                } else {
+                    self.barrier();
+                }
             }
-            None => self.emit_effect(Op::CpAsyncWait {
-                pending: stages - 2,
-            }),
+            None => {
+                self.emit_effect(Op::CpAsyncWait {
+                    pending: stages - 2,
+                });
+                self.barrier();
+            }
         }
-        self.barrier();
         let zero = self.i32_const(0);
         let last = self.i32_const(stages as i64 - 1);
         let one = self.i32_const(1);
@@ -207,6 +253,23 @@ impl Lowering<'_> {
             let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
             self.shared_tiles.insert(load.value, tile);
         }
+        // Buffer slot - 1 was last read in the previous iteration, the phase of its `empty`
+        // barrier before this iteration's `full` one (parity 1 at first: a fresh barrier's
+        // previous phase counts as complete).
+        let empty_parity = match pipeline.tma {
+            Some(TmaIssue { empty: Some(_), .. }) => {
+                let flipped = self.int(IntOp::Xor, state[1], one);
+                Some(self.emit(
+                    Op::Select {
+                        cond: is_first,
+                        if_true: flipped,
+                        if_false: state[1],
+                    },
+                    Type::I32,
+                ))
+            }
+            _ => None,
+        };
         self.copies_now_or_later(pipeline.defer_copies, |this| {
             if pipeline.tma.is_some() {
                 return this.issue_tma(
@@ -217,6 +280,7 @@ impl Lowering<'_> {
                     ahead,
                     exists,
                     write_slot,
+                    empty_parity,
                 );
             }
             for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
@@ -257,6 +321,40 @@ impl Lowering<'_> {
         Ok(vec![next, self.int(IntOp::Xor, state[1], flip)])
     }
 
+    /// At the end of the body, its `dot`s complete: every thread arrives on the `empty` barrier
+    /// of the buffer it read (`state[0]`), and where the body leaves staged writes pending, the
+    /// top gets the barrier [`Self::pipeline_top`] left out (at `top`, an index in the body's
+    /// block).
+    pub(super) fn pipeline_bottom(&mut self, pipeline: &Pipeline, state: &[Reg], top: usize) {
+        let Some(TmaIssue {
+            empty: Some(empty), ..
+        }) = pipeline.tma
+        else {
+            return;
+        };
+        let bar = self.barrier_of(empty, state[0]);
+        self.emit_effect(Op::MbarrierArrive { bar });
+        if self.pending.writes {
+            let mut barrier = vec![Op::Barrier];
+            if self.layouts.uses_wgmma() {
+                barrier.insert(0, Op::FenceProxyAsync);
+            }
+            let loc = self.loc;
+            if let Some(block) = self.blocks.last_mut() {
+                for (i, op) in barrier.into_iter().enumerate() {
+                    block.insert(
+                        top + i,
+                        Inst {
+                            results: Vec::new(),
+                            op,
+                            loc,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
     /// After the loop: no copy stays in flight (the last iterations' copies of iterations past
     /// the end still zero-fill their buffers; TMA issues none past the end), and the buffers are
     /// free for the next loop (whose prologue meets a barrier first: anything may be pending
@@ -264,19 +362,24 @@ impl Lowering<'_> {
     pub(super) fn pipeline_drain(&mut self, pipeline: &Pipeline) {
         match pipeline.tma {
             Some(TmaIssue {
-                barriers, issuer, ..
+                barriers,
+                empty,
+                issuer,
+                ..
             }) => {
                 self.barrier();
                 for stage in 0..pipeline.loop_info.stages {
                     let stage = self.i32_const(stage as i64);
-                    let bar = self.barrier_of(barriers, stage);
-                    self.emit_effect(Op::MbarrierInval { bar, pred: issuer });
+                    for first in [barriers].into_iter().chain(empty) {
+                        let bar = self.barrier_of(first, stage);
+                        self.emit_effect(Op::MbarrierInval { bar, pred: issuer });
+                    }
                 }
             }
             None => self.emit_effect(Op::CpAsyncWait { pending: 0 }),
         }
         self.next_buffer -= pipeline_buffer_bytes(self.kernel, self.layouts, &pipeline.loop_info);
-        self.next_barrier -= pipeline_barrier_bytes(&pipeline.loop_info);
+        self.next_barrier -= pipeline_barrier_bytes(self.layouts, &pipeline.loop_info);
     }
 
     /// Emits what `copies` makes, or where `defer`, holds it back until the body has issued
@@ -305,6 +408,7 @@ impl Lowering<'_> {
     /// the body that held them: at the first instruction after its opening `wgmma`s, a `wgmma`
     /// wait, a loop, or the body's end, whichever comes first.
     pub(super) fn issue_deferred_copies(&mut self) {
+        self.pass_turn();
         let depth = self.blocks.len();
         if let Some((_, insts)) = self.deferred_copies.take_if(|(at, _)| *at == depth) {
             for inst in insts {
@@ -320,10 +424,11 @@ impl Lowering<'_> {
         self.shared_slot(barriers, offset, Type::I8)
     }
 
-    /// Thread 0's TMA copies of every load's tile `ahead` iterations after the one the carried
-    /// block pointers (`blocks`, by carried value) point at, into buffer `stage` (an i32
-    /// register), where the iteration `exists`: one arrival expecting all their bytes, then a
-    /// copy per slab of each tile.
+    /// The TMA copies of every load's tile `ahead` iterations after the one the carried block
+    /// pointers (`blocks`, by carried value) point at, into buffer `stage` (an i32 register),
+    /// where the iteration `exists`: warp 0 waits for the buffer's `empty` phase of parity
+    /// `empty_parity` (none for a buffer never filled), thread 0 arrives expecting all their
+    /// bytes, warp 0 copies each tile by slabs.
     #[allow(clippy::too_many_arguments)]
     fn issue_tma(
         &mut self,
@@ -334,9 +439,11 @@ impl Lowering<'_> {
         ahead: u32,
         exists: Reg,
         stage: Reg,
+        empty_parity: Option<Reg>,
     ) -> Result<()> {
         let Some(TmaIssue {
             barriers,
+            empty,
             issuer,
             issuing_warp,
         }) = pipeline.tma
@@ -348,6 +455,14 @@ impl Lowering<'_> {
         };
         let pred = self.int(IntOp::And, issuer, exists);
         let warps = self.int(IntOp::And, issuing_warp, exists);
+        if let (Some(parity), Some(empty)) = (empty_parity, empty) {
+            let bar = self.barrier_of(empty, stage);
+            self.emit_effect(Op::MbarrierWait {
+                bar,
+                parity,
+                warps: Some(warps),
+            });
+        }
         let bar = self.barrier_of(barriers, stage);
         let bytes = pipeline
             .loop_info

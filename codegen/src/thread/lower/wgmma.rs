@@ -120,6 +120,7 @@ impl Lowering<'_> {
         }
         self.pending.reads = true;
 
+        self.take_turn();
         // Everything the wgmmas read from registers is written before the fence.
         self.emit_effect(Op::WgmmaFence);
         let a_passed = a_registers.unwrap_or_default();

@@ -1,0 +1,159 @@
+//! Warpgroups taking turns at the tensor cores (FlashAttention-3's ping-pong). In a program of
+//! several warpgroups, each runs a TMA loop's body on its own rows; left alone, they issue
+//! their `wgmma`s at once, wait for them together, and leave the tensor cores idle while all
+//! of them compute on the results. Taking turns, warpgroup w issues an iteration's opening
+//! `wgmma`s only once warpgroup w - 1 has issued its own, so that one warpgroup's products run
+//! while the others compute. Warpgroup w's turn is named barrier 1 + w, of two warpgroups'
+//! threads (the one taking the turn and the one passing it):
+//!
+//! ```text
+//! bar.arrive 1, 256 (the last warpgroup)      // warpgroup 0 goes first
+//! for ...:
+//!     ... the body up to its first wgmma ...
+//!     bar.sync 1 + w, 256                     // w's turn: w - 1 has issued
+//!     ... the body's opening wgmmas ...
+//!     bar.arrive 1 + (w + 1) % n, 256         // w + 1's turn
+//!     ... the rest of the body ...
+//! bar.sync 1, 256 (warpgroup 0)               // the last turn passed, taken back
+//! bar.sync 0                                  // the loop's end (pipeline_drain)
+//! ```
+//!
+//! Between its `bar.sync` and `bar.arrive` a warpgroup waits for nothing else, so a turn it
+//! takes is always passed on; the last one is taken back before the loop's closing `bar.sync`
+//! so that the next loop finds the barriers at rest. The turns order no memory: the TMA
+//! loop's `full` and `empty` barriers do ([`super::pipeline`]). The emulator replays every
+//! warp's waits apart to show the protocol cannot deadlock ([`crate::emulate`]).
+
+use super::Lowering;
+use crate::layout::THREADS_PER_WARP;
+use crate::layout::wgmma::WARPS_PER_WARPGROUP;
+use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
+
+/// Threads of a warpgroup.
+const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP;
+
+/// Named barrier of warpgroup 0's turn (0 is `bar.sync 0`'s); warpgroup w's is this + w.
+const FIRST_TURN: i64 = 1;
+
+/// One pipelined loop's turns while its body is lowered.
+pub(super) struct Turns {
+    /// The named barrier of this warpgroup's turn, and of the next one's.
+    own: Reg,
+    next: Reg,
+    /// The depth of the body's block: only its own opening `wgmma`s take the turn.
+    depth: usize,
+    turn: Turn,
+}
+
+/// Where the body being lowered is in its turn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Waiting,
+    Holding,
+    Passed,
+}
+
+impl Lowering<'_> {
+    /// Before a TMA loop whose body issues `wgmma`s: where warpgroups take turns, and no
+    /// enclosing loop's body is taking them, gives warpgroup 0 the first turn. Returns whether
+    /// the loop takes turns ([`Self::end_turns`] after it).
+    pub(super) fn begin_turns(&mut self) -> bool {
+        if !self.layouts.warpgroups_take_turns() || self.turns.is_some() {
+            return false;
+        }
+        let warpgroups = (self.threads / WARPGROUP_THREADS) as i64;
+        let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
+        let warpgroup = self.int(IntOp::LShr, self.tid, shift);
+        let first = self.i32_const(FIRST_TURN);
+        let own = self.int(IntOp::Add, warpgroup, first);
+        let last = self.i32_const(warpgroups - 1);
+        let is_last = self.icmp(IntCmp::Eq, warpgroup, last);
+        let one = self.i32_const(1);
+        let after = self.int(IntOp::Add, own, one);
+        let next = self.emit(
+            Op::Select {
+                cond: is_last,
+                if_true: first,
+                if_false: after,
+            },
+            Type::I32,
+        );
+        self.emit_effect(Op::NamedBarrier {
+            id: first,
+            threads: 2 * WARPGROUP_THREADS,
+            wait: false,
+            pred: Some(is_last),
+        });
+        self.turns = Some(Turns {
+            own,
+            next,
+            depth: self.blocks.len() + 1,
+            turn: Turn::Waiting,
+        });
+        true
+    }
+
+    /// Before the first `wgmma` of the body taking turns: waits for this warpgroup's.
+    pub(super) fn take_turn(&mut self) {
+        let depth = self.blocks.len();
+        let Some(turns) = self.turns.as_mut() else {
+            return;
+        };
+        if turns.depth != depth || turns.turn != Turn::Waiting {
+            return;
+        }
+        turns.turn = Turn::Holding;
+        let own = turns.own;
+        self.emit_effect(Op::NamedBarrier {
+            id: own,
+            threads: 2 * WARPGROUP_THREADS,
+            wait: true,
+            pred: None,
+        });
+    }
+
+    /// After the body's opening `wgmma`s (where its held-back copies go): passes the turn on.
+    pub(super) fn pass_turn(&mut self) {
+        let depth = self.blocks.len();
+        let Some(turns) = self.turns.as_mut() else {
+            return;
+        };
+        if turns.depth != depth || turns.turn != Turn::Holding {
+            return;
+        }
+        turns.turn = Turn::Passed;
+        let next = turns.next;
+        self.emit_effect(Op::NamedBarrier {
+            id: next,
+            threads: 2 * WARPGROUP_THREADS,
+            wait: false,
+            pred: None,
+        });
+    }
+
+    /// At the end of the body: a turn not taken yet (the body's `wgmma`s were all nested
+    /// deeper) is taken and passed here, so that every iteration takes one.
+    pub(super) fn close_turn(&mut self) {
+        if self.turns.as_ref().is_some_and(|t| t.turn == Turn::Waiting) {
+            self.take_turn();
+        }
+        self.pass_turn();
+    }
+
+    /// After the loop, before its closing `bar.sync`: warpgroup 0 takes back the turn the last
+    /// warpgroup passed it last.
+    pub(super) fn end_turns(&mut self) {
+        if self.turns.take().is_none() {
+            return;
+        }
+        let size = self.i32_const(WARPGROUP_THREADS as i64);
+        let is_first = self.icmp(IntCmp::Ult, self.tid, size);
+        let first = self.i32_const(FIRST_TURN);
+        self.emit_effect(Op::NamedBarrier {
+            id: first,
+            threads: 2 * WARPGROUP_THREADS,
+            wait: true,
+            pred: Some(is_first),
+        });
+    }
+}
