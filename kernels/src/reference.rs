@@ -107,6 +107,9 @@ pub struct AttentionReference {
     pub dq_terms: Vec<f64>,
     pub dk_terms: Vec<f64>,
     pub dv_terms: Vec<f64>,
+    /// Per row, the largest sum of absolute values of a visible score's terms,
+    /// `|scale| * sum |q_x k_x|`: a score's rounding error is relative to it, and LSE's too.
+    pub lse_terms: Vec<f64>,
 }
 
 /// Attention forward and backward in f64 from dense, already-rounded inputs (`d_o` like `q`).
@@ -133,6 +136,7 @@ pub fn attention(
         dq_terms: Vec<f64>,
         dk_terms: Vec<f64>,
         dv_terms: Vec<f64>,
+        lse_terms: Vec<f64>,
     }
     // One (batch, query head) at a time, in parallel; dK/dV of a kv head sum over its group after.
     let heads: Vec<Head> = (0..p.batch * hq)
@@ -149,7 +153,10 @@ pub fn attention(
                 dq_terms: vec![0.0; sq * d],
                 dk_terms: vec![0.0; sk * d],
                 dv_terms: vec![0.0; sk * d],
+                lse_terms: vec![0.0; sq],
             };
+            let abs_dot =
+                |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x * y).abs()).sum::<f64>();
             for i in 0..sq {
                 let visible = |j: usize| !p.causal || (j as i64) <= i as i64 + shift;
                 let qrow = &q[qi(b, i, h)..qi(b, i, h) + d];
@@ -169,10 +176,12 @@ pub fn attention(
                 let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
                 let lse = max + sum.ln();
                 head.lse[i] = lse;
+                head.lse_terms[i] = (0..sk)
+                    .filter(|&j| visible(j))
+                    .map(|j| scale.abs() * abs_dot(qrow, &k[ki(b, j, hk)..ki(b, j, hk) + d]))
+                    .fold(0.0, f64::max);
                 let prob: Vec<f64> = s.iter().map(|x| (x - lse).exp()).collect();
                 let dorow = &d_o[qi(b, i, h)..qi(b, i, h) + d];
-                let abs_dot =
-                    |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x * y).abs()).sum::<f64>();
                 let vrow = |j: usize| &v[ki(b, j, hk)..ki(b, j, hk) + d];
                 let dp: Vec<f64> = (0..sk).map(|j| dotp(dorow, vrow(j))).collect();
                 for (j, &pj) in prob.iter().enumerate() {
@@ -214,11 +223,13 @@ pub fn attention(
         dq_terms: vec![0.0; p.batch * sq * hq * d],
         dk_terms: vec![0.0; p.batch * sk * hkv * d],
         dv_terms: vec![0.0; p.batch * sk * hkv * d],
+        lse_terms: vec![0.0; p.batch * hq * sq],
     };
     for (bh, head) in heads.iter().enumerate() {
         let (b, h) = (bh / hq, bh % hq);
         let hk = h / p.group();
         out.lse[bh * sq..(bh + 1) * sq].copy_from_slice(&head.lse);
+        out.lse_terms[bh * sq..(bh + 1) * sq].copy_from_slice(&head.lse_terms);
         for i in 0..sq {
             let at = qi(b, i, h);
             out.o[at..at + d].copy_from_slice(&head.o[i * d..(i + 1) * d]);

@@ -17,8 +17,10 @@ use crate::reference::Rng;
 
 /// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps, 2
 /// and 3 pipeline stages (the forward keeps at least 64 query rows); on sm_90a each again on
-/// `wgmma` where every warp can take 16 rows of its own. The compiler refuses what does not
-/// fit (shared memory, warps the tile cannot feed); those trials say so.
+/// `wgmma` where every warp can take 16 rows of its own, and for the forward 256 query rows of
+/// 16 warps (four warpgroups taking turns; the backward's accumulators need more registers
+/// than 16 warps leave a thread). The compiler refuses what does not fit (shared memory,
+/// warps the tile cannot feed); those trials say so.
 pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> {
     let block_ms: &[usize] = match kernel {
         AttentionKernel::Forward => &[64, 128],
@@ -42,6 +44,13 @@ pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> 
                         all.push(config.on_wgmma());
                     }
                 }
+            }
+        }
+    }
+    if target == Target::Sm90a && kernel == AttentionKernel::Forward {
+        for block_n in [64, 128] {
+            for &num_stages in stages {
+                all.push(KernelConfig::new(256, block_n, 16, num_stages).on_wgmma());
             }
         }
     }

@@ -39,12 +39,12 @@ pub(super) fn run_block(
         nctaid,
         threads,
         regs: vec![Vec::new(); program.types.len()],
-        shared: Shared::new(program.shared_bytes),
+        shared: Shared::new(program.shared_bytes, program.threads_per_block),
         open_copies: vec![Vec::new(); threads],
         groups: vec![VecDeque::new(); threads],
         maps,
         mbarriers: Mbarriers::default(),
-        log: has_named_barriers(&program.body).then(|| Log::new(threads.div_ceil(32))),
+        log: runs_apart(&program.body).then(|| Log::new(threads.div_ceil(32))),
     };
     for (param, &value) in program.params.iter().zip(params) {
         state.regs[param.reg.index()] = vec![value; threads];
@@ -113,20 +113,21 @@ struct BlockState<'a, 'g> {
     /// The launch's tensor maps, and the block's `mbarrier`s with the TMA copies on them.
     maps: &'a [TensorMapParams],
     mbarriers: Mbarriers,
-    /// Each warp's waits and arrivals, where the program has named barriers ([`super::replay`]).
+    /// Each warp's waits and arrivals, where warps may run apart ([`super::replay`]).
     log: Option<Log>,
 }
 
-/// Whether `block` (or a block nested in it) has a named barrier.
-fn has_named_barriers(block: &Block) -> bool {
+/// Whether `block` (or a block nested in it) lets warps run apart: a named barrier, or a
+/// plain `mbarrier` arrival (a buffer's `empty` barrier, in place of a `bar.sync`).
+fn runs_apart(block: &Block) -> bool {
     block.insts.iter().any(|inst| match &inst.op {
-        Op::NamedBarrier { .. } => true,
-        Op::For { body, .. } => has_named_barriers(body),
+        Op::NamedBarrier { .. } | Op::MbarrierArrive { .. } => true,
+        Op::For { body, .. } => runs_apart(body),
         Op::If {
             then_block,
             else_block,
             ..
-        } => has_named_barriers(then_block) || has_named_barriers(else_block),
+        } => runs_apart(then_block) || runs_apart(else_block),
         _ => false,
     })
 }
@@ -429,7 +430,10 @@ impl BlockState<'_, '_> {
             Op::FenceMbarrierInit => Ok(()),
             Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
                 for t in self.predicated(*pred) {
-                    let arrive = self.mbarriers.arrive_expect_tx(self.get(*bar, t), *bytes);
+                    let time = self.shared.tick();
+                    let arrive =
+                        self.mbarriers
+                            .arrive_expect_tx(self.get(*bar, t), *bytes, t as u32, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
                     self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
@@ -438,7 +442,8 @@ impl BlockState<'_, '_> {
             }
             Op::MbarrierArrive { bar } => {
                 for t in 0..self.threads {
-                    let arrive = self.mbarriers.arrive(self.get(*bar, t));
+                    let time = self.shared.tick();
+                    let arrive = self.mbarriers.arrive(self.get(*bar, t), t as u32, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
                     self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
@@ -452,14 +457,14 @@ impl BlockState<'_, '_> {
                     return Ok(());
                 }
                 let (bar, parity) = (self.uniform(inst, *bar)?, self.uniform(inst, *parity)?);
+                let parity = parity as u32;
+                let mut waiters = Vec::new();
                 for lane in waiting {
-                    let parity = parity as u32;
                     self.log_thread(lane, Event::MbarrierWait { bar, parity });
+                    let warp_end = (lane + THREADS_PER_WARP as usize).min(self.threads);
+                    waiters.extend((lane..warp_end).map(|t| t as u32));
                 }
-                let threads = self.threads as u32;
-                let waited = self
-                    .mbarriers
-                    .wait(&mut self.shared, bar, parity as u32, threads);
+                let waited = self.mbarriers.wait(&mut self.shared, bar, parity, &waiters);
                 waited.map_err(|m| self.error(inst, None, m))
             }
             Op::MbarrierInval { bar, pred } => {

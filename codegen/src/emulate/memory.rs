@@ -1,6 +1,8 @@
 //! Global memory (the launch's buffers, each at its own address range) and a block's shared
 //! memory with its race detector.
 
+use std::collections::HashMap;
+
 use half::{bf16, f16};
 use kiln_dsl::{DType, HostBuffer, KernelArg};
 
@@ -132,19 +134,21 @@ impl<'a> Global<'a> {
     }
 }
 
-/// Who last touched a byte of shared memory, in which phase (barriers count phases).
+/// Who last touched a byte of shared memory, in which phase (barriers count phases), and when
+/// (the block's clock: an `mbarrier` wait orders what its arrivals did before a time).
 #[derive(Clone, Copy, Default)]
 struct Access {
     phase: u32,
     /// The thread, or `MANY` for a read by several.
     thread: u32,
     touched: bool,
+    time: u64,
 }
 
 const MANY: u32 = u32::MAX;
 
 /// The writer of bytes a TMA copy landed: seen by every thread that waited on its barrier.
-const ASYNC_COPY: u32 = u32::MAX - 1;
+pub(super) const ASYNC_COPY: u32 = u32::MAX - 1;
 
 /// A block's shared memory: bytes, for each the last write and read, to find races, the bytes
 /// a `cp.async` is still writing, which nobody may touch, and those a `wgmma` may still read,
@@ -161,11 +165,23 @@ pub(super) struct Shared {
     open_group: u32,
     /// Every group up to this one is complete.
     retired_group: u32,
+    /// The block's threads, and its clock: one tick per access.
+    threads: u32,
+    clock: u64,
+    /// By (waiting thread, arriving thread): up to when what the arriving thread did comes
+    /// before what the waiting one does next (it arrived on an `mbarrier` phase the other
+    /// waited for); by waiting thread, the same for every thread of the block at once.
+    acquired: HashMap<(u32, u32), u64>,
+    acquired_all: HashMap<u32, u64>,
 }
 
 impl Shared {
-    pub fn new(size: u32) -> Shared {
+    pub fn new(size: u32, threads: u32) -> Shared {
         Shared {
+            threads,
+            clock: 0,
+            acquired: HashMap::new(),
+            acquired_all: HashMap::new(),
             bytes: vec![0; size as usize],
             writes: vec![Access::default(); size as usize],
             reads: vec![Access::default(); size as usize],
@@ -220,6 +236,50 @@ impl Shared {
         self.phase += 1;
     }
 
+    /// The clock, ticked: the time of an access or an arrival.
+    pub fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// The `waiters` waited for an `mbarrier` phase whose arrivals were `(thread, time)`: what
+    /// each did before it arrived comes before what the waiters do from now on.
+    pub fn acquire(&mut self, waiters: &[u32], arrivals: &[(u32, u64)]) {
+        // Where every thread arrived, the earliest of them orders everyone's accesses before.
+        let mut every = vec![None; self.threads as usize];
+        for &(from, time) in arrivals {
+            if let Some(slot) = every.get_mut(from as usize) {
+                *slot = Some(time);
+            }
+        }
+        let all = every
+            .iter()
+            .try_fold(u64::MAX, |min, t| t.map(|t| min.min(t)));
+        for &thread in waiters {
+            for &(from, time) in arrivals {
+                let known = self.acquired.entry((thread, from)).or_default();
+                *known = (*known).max(time);
+            }
+            if let Some(time) = all {
+                let known = self.acquired_all.entry(thread).or_default();
+                *known = (*known).max(time);
+            }
+        }
+    }
+
+    /// Whether `access` comes before what `thread` does now: an earlier phase, its own, or
+    /// one an `mbarrier` it waited for ordered.
+    fn ordered(&self, access: Access, thread: u32) -> bool {
+        let acquired = match access.thread {
+            MANY => self.acquired_all.get(&thread),
+            from => self.acquired.get(&(thread, from)),
+        };
+        !access.touched
+            || access.phase != self.phase
+            || access.thread == thread
+            || acquired.is_some_and(|&time| access.time <= time)
+    }
+
     fn range(&self, offset: u64, ty: Type) -> Result<std::ops::Range<usize>, String> {
         let (start, len) = (offset as usize, ty.bytes() as usize);
         if !offset.is_multiple_of(ty.bytes() as u64) || start + len > self.bytes.len() {
@@ -254,9 +314,7 @@ impl Shared {
         self.check_not_read_async(start..end)?;
         for at in start..end {
             let (write, read) = (self.writes[at], self.reads[at]);
-            if (write.touched && write.phase == self.phase && write.thread != thread)
-                || (read.touched && read.phase == self.phase && read.thread != thread)
-            {
+            if !self.ordered(write, thread) || !self.ordered(read, thread) {
                 return Err(format!(
                     "race: shared byte {at} accessed by another thread, then copied into without a barrier between"
                 ));
@@ -268,6 +326,7 @@ impl Shared {
 
     /// A copy's bytes land (its group was waited for): a write by `thread` in this phase.
     pub fn land(&mut self, offset: u64, bytes: &[u8], thread: u32) {
+        let time = self.tick();
         for (i, &byte) in bytes.iter().enumerate() {
             let at = offset as usize + i;
             self.in_flight[at] = false;
@@ -276,6 +335,7 @@ impl Shared {
                 phase: self.phase,
                 thread,
                 touched: true,
+                time,
             };
         }
     }
@@ -290,12 +350,13 @@ impl Shared {
         let range = self.range(offset, ty)?;
         self.check_settled(range.clone())?;
         let mut bits = 0u64;
+        let time = self.tick();
         for (i, at) in range.enumerate() {
             let write = self.writes[at];
             if !write.touched {
                 return Err(format!("read of shared byte {at}, which nothing wrote"));
             }
-            if write.phase == self.phase && write.thread != thread && write.thread != ASYNC_COPY {
+            if write.thread != ASYNC_COPY && !self.ordered(write, thread) {
                 return Err(format!(
                     "race: shared byte {at} written by thread {} and read without a barrier between",
                     write.thread
@@ -307,6 +368,7 @@ impl Shared {
                 phase: self.phase,
                 thread: if shared_read { MANY } else { thread },
                 touched: true,
+                time,
             };
             bits |= (self.bytes[at] as u64) << (8 * i);
         }
@@ -317,15 +379,16 @@ impl Shared {
         let range = self.range(offset, ty)?;
         self.check_settled(range.clone())?;
         self.check_not_read_async(range.clone())?;
+        let time = self.tick();
         for (i, at) in range.enumerate() {
             let (write, read) = (self.writes[at], self.reads[at]);
-            if write.touched && write.phase == self.phase && write.thread != thread {
+            if !self.ordered(write, thread) {
                 return Err(format!(
                     "race: shared byte {at} written by threads {} and {thread} without a barrier between",
                     write.thread
                 ));
             }
-            if read.touched && read.phase == self.phase && read.thread != thread {
+            if !self.ordered(read, thread) {
                 return Err(format!(
                     "race: shared byte {at} read by another thread, then written without a barrier between"
                 ));
@@ -334,6 +397,7 @@ impl Shared {
                 phase: self.phase,
                 thread,
                 touched: true,
+                time,
             };
             self.bytes[at] = (bits >> (8 * i)) as u8;
         }

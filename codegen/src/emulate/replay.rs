@@ -1,10 +1,13 @@
 //! The block's waits replayed warp by warp. Lockstep cannot show whether warps that wait on
 //! different things could all go on: warpgroups taking turns each wait on a named barrier of
-//! their own, which the other arrives on. So in a program with named barriers every warp's
-//! barrier and `mbarrier` operations are logged in its order, and at the block's end replayed
-//! with the GPU's rules, each warp running until it waits for a phase that is not complete:
-//! a deadlock, a named barrier whose warps count its threads differently, or one left with
-//! arrivals of a phase nobody completed, is an error.
+//! their own, which the other arrives on, and warp 0 waits for a buffer's `empty` barrier
+//! that every thread arrives on. So in a program with named barriers or plain `mbarrier`
+//! arrivals every warp's barrier and `mbarrier` operations are logged in its order, and at the
+//! block's end replayed with the GPU's rules, each warp running until it waits for a phase
+//! that is not complete: a deadlock, a named barrier whose warps count its threads
+//! differently, one left with arrivals of a phase nobody completed, or an `mbarrier` used
+//! where none is initialised, is an error. The replay is one schedule (the lowest warp first,
+//! each until it waits), not every one the GPU may take.
 //!
 //! TMA copies are taken to land as soon as they are issued: nothing but their own issue
 //! delays them, and a copy waited for before it was issued is the lockstep run's error.
@@ -12,6 +15,15 @@
 use std::collections::HashMap;
 
 use crate::layout::THREADS_PER_WARP;
+
+/// A warp's use of an `mbarrier` at shared byte `bar` that is not initialised by then (or
+/// invalidated already) once warps run apart.
+fn no_mbarrier(warp: usize, bar: u64) -> String {
+    format!(
+        "once warps run apart, warp {warp} uses the mbarrier at shared byte {bar} where it is \
+         not initialised"
+    )
+}
 
 /// One warp's barrier or `mbarrier` operation.
 #[derive(Clone, Copy, Debug)]
@@ -94,9 +106,10 @@ impl Log {
                 if let Some(wait) = waiting[warp] {
                     let done = match wait {
                         Waiting::Named { id, phase } => named[&id].completed > phase,
-                        Waiting::Mbarrier { bar, parity } => {
-                            mbarriers.get(&bar).is_none_or(|b| b.parity != parity)
-                        }
+                        Waiting::Mbarrier { bar, parity } => match mbarriers.get(&bar) {
+                            Some(b) => b.parity != parity,
+                            None => return Err(no_mbarrier(warp, bar)),
+                        },
                     };
                     if !done {
                         continue;
@@ -144,12 +157,13 @@ impl Log {
                             None
                         }
                         Event::MbarrierArrive { bar, arrivals } => {
-                            if let Some(b) = mbarriers.get_mut(&bar) {
-                                b.pending = b.pending.saturating_sub(arrivals);
-                                if b.pending == 0 {
-                                    b.parity ^= 1;
-                                    b.pending = b.count;
-                                }
+                            let b = mbarriers
+                                .get_mut(&bar)
+                                .ok_or_else(|| no_mbarrier(warp, bar))?;
+                            b.pending = b.pending.saturating_sub(arrivals);
+                            if b.pending == 0 {
+                                b.parity ^= 1;
+                                b.pending = b.count;
                             }
                             None
                         }

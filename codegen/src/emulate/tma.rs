@@ -2,7 +2,10 @@
 //! box through the launch's tensor map when it is issued, and its bytes land, visible to every
 //! thread, when a wait finds the phase of its `mbarrier` complete (every arrival made and every
 //! expected byte copied); until then nobody may touch them. A wait for a phase that nothing
-//! can complete is a deadlock on the GPU and an error here.
+//! can complete is a deadlock on the GPU and an error here. A wait also orders, for the race
+//! checks, what each arriving thread did before it arrived (and the copies' landing) before
+//! what the waiting thread does next: a pipeline buffer's `empty` barrier, which every thread
+//! arrives on once done reading it, is what lets warp 0 copy into it again.
 //!
 //! The swizzle is TMA's own (CUDA's `CU_TENSOR_MAP_SWIZZLE_{32,64,128}B`, on shared byte
 //! addresses: the 16-byte chunk index within each span XORed with the span's row bits), not
@@ -12,7 +15,7 @@ use std::collections::HashMap;
 
 use kiln_dsl::{DType, TensorMapParams};
 
-use super::memory::{Global, Shared};
+use super::memory::{ASYNC_COPY, Global, Shared};
 use crate::thread::Type;
 
 /// Shared memory's alignment for a TMA destination.
@@ -31,6 +34,40 @@ pub(super) struct Mbarrier {
     parity: u32,
     /// Copies of the current phase: where their bytes land, and the bytes.
     copies: Vec<(u64, Vec<u8>)>,
+    /// The current phase's arrivals (thread, time), and those of the last completed phase of
+    /// each parity (with the time its copies landed, as [`ASYNC_COPY`]'s).
+    arrivals: Vec<(u32, u64)>,
+    completed: [Vec<(u32, u64)>; 2],
+}
+
+impl Mbarrier {
+    /// A wait for the current phase (of parity `parity`, at shared byte `bar`): completes it
+    /// where every arrival is made and every expected byte copied (the copies land), else
+    /// reports the deadlock.
+    fn try_complete(&mut self, shared: &mut Shared, bar: u64, parity: u32) -> Result<(), String> {
+        if self.pending > 0 || self.delivered != self.expected {
+            return Err(format!(
+                "deadlock: waiting for phase parity {parity} of the mbarrier at shared byte {bar}, \
+                 which {} more arrival(s) and {} of {} transaction bytes would complete",
+                self.pending, self.delivered, self.expected
+            ));
+        }
+        for (dst, bytes) in self.copies.drain(..) {
+            shared.land_async(dst, &bytes);
+        }
+        self.arrivals.push((ASYNC_COPY, shared.tick()));
+        self.complete();
+        Ok(())
+    }
+
+    /// The current phase completes: its arrivals are what a wait for it orders.
+    fn complete(&mut self) {
+        self.completed[self.parity as usize] = std::mem::take(&mut self.arrivals);
+        self.parity ^= 1;
+        self.pending = self.count;
+        self.expected = 0;
+        self.delivered = 0;
+    }
 }
 
 /// Every `mbarrier` of a block, by shared address.
@@ -56,6 +93,8 @@ impl Mbarriers {
                 delivered: 0,
                 parity: 0,
                 copies: Vec::new(),
+                arrivals: Vec::new(),
+                completed: [Vec::new(), Vec::new()],
             },
         );
         Ok(())
@@ -67,8 +106,16 @@ impl Mbarriers {
             .ok_or_else(|| format!("no mbarrier initialised at shared byte {bar}"))
     }
 
-    pub fn arrive_expect_tx(&mut self, bar: u64, bytes: u32) -> Result<(), String> {
+    /// An arrival of `thread` at `time` that also expects `bytes` of copies.
+    pub fn arrive_expect_tx(
+        &mut self,
+        bar: u64,
+        bytes: u32,
+        thread: u32,
+        time: u64,
+    ) -> Result<(), String> {
         let barrier = self.get(bar)?;
+        barrier.arrivals.push((thread, time));
         if barrier.pending == 0 {
             return Err(format!(
                 "arrival on the mbarrier at shared byte {bar}, whose phase has all its arrivals"
@@ -79,8 +126,9 @@ impl Mbarriers {
         Ok(())
     }
 
-    /// A plain arrival (no transaction bytes): the phase completes with the last one.
-    pub fn arrive(&mut self, bar: u64) -> Result<(), String> {
+    /// A plain arrival of `thread` at `time` (no transaction bytes): the phase completes with
+    /// the last one.
+    pub fn arrive(&mut self, bar: u64, thread: u32, time: u64) -> Result<(), String> {
         let barrier = self.get(bar)?;
         if barrier.pending == 0 {
             return Err(format!(
@@ -88,9 +136,9 @@ impl Mbarriers {
             ));
         }
         barrier.pending -= 1;
+        barrier.arrivals.push((thread, time));
         if barrier.pending == 0 && barrier.expected == 0 && barrier.copies.is_empty() {
-            barrier.parity ^= 1;
-            barrier.pending = barrier.count;
+            barrier.complete();
         }
         Ok(())
     }
@@ -167,39 +215,21 @@ impl Mbarriers {
         Ok(())
     }
 
-    /// Waits for the phase of parity `parity` of `bar`: returns at once if it completed,
-    /// completes it (its copies land) if it can, else reports the deadlock. A wait on a barrier
-    /// every one of the block's `threads` arrives on (a pipeline buffer's `empty` barrier) is a
-    /// barrier to the race checks: what each thread did before arriving comes before what
-    /// follows the wait (the copies into the buffer).
+    /// The `waiters` wait for the phase of parity `parity` of `bar`: at once if it completed,
+    /// completing it (its copies land) if it can, else the deadlock is reported. What the
+    /// phase's arrivals did before arriving comes before what the waiters do next.
     pub fn wait(
         &mut self,
         shared: &mut Shared,
         bar: u64,
         parity: u32,
-        threads: u32,
+        waiters: &[u32],
     ) -> Result<(), String> {
         let barrier = self.get(bar)?;
-        if barrier.parity != parity & 1 {
-            if barrier.count == threads {
-                shared.barrier();
-            }
-            return Ok(());
+        if barrier.parity == parity & 1 {
+            barrier.try_complete(shared, bar, parity)?;
         }
-        if barrier.pending > 0 || barrier.delivered != barrier.expected {
-            return Err(format!(
-                "deadlock: waiting for phase parity {parity} of the mbarrier at shared byte {bar}, \
-                 which {} more arrival(s) and {} of {} transaction bytes would complete",
-                barrier.pending, barrier.delivered, barrier.expected
-            ));
-        }
-        for (dst, bytes) in barrier.copies.drain(..) {
-            shared.land_async(dst, &bytes);
-        }
-        barrier.parity ^= 1;
-        barrier.pending = barrier.count;
-        barrier.expected = 0;
-        barrier.delivered = 0;
+        shared.acquire(waiters, &barrier.completed[(parity & 1) as usize]);
         Ok(())
     }
 

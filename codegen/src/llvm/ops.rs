@@ -124,6 +124,10 @@ impl<'ctx> Translation<'_, 'ctx> {
                 let kind = if *wait { "sync" } else { "arrive" };
                 let statement = format!("bar.{kind} $0, {threads};");
                 let id = self.value(*id)?;
+                // `.aligned` (`bar`) even where predicated: the predicate is the same in every
+                // thread of a warpgroup, as in CUTLASS and FlashAttention-3, though the ISA
+                // asks it of the whole CTA. `barrier.cta` without `.aligned` made ptxas wrap
+                // the forward in convergence barriers, 5-10% slower (docs/PERF.md, run 40).
                 return match pred {
                     Some(pred) => self.predicated_asm(&statement, &[id], *pred),
                     None => self

@@ -21,9 +21,11 @@ use crate::reference::{self, AttentionReference, Rng, row_error, row_error_condi
 ///   relative error it reaches 10u at ordinary scores (|s| ~ 1) and more when the softmax is nearly
 ///   one-hot (|s| ~ 100), where only the conditioned measure is meaningful.
 /// - LSE is computed in f32 from scores the tensor cores sum in their own order and precision:
-///   within f32 rounding of the largest score (|s| ~ 30 at head dim 128). One GPU run against the
-///   interpreter reached 1.1e-5 of max(1, |lse|) (bf16, 97 x 70, head dim 128, causal), so the bar
-///   for 16-bit inputs is 3e-5.
+///   within f32 rounding of the scores' terms, `|scale| * sum |q_x k_x|`, whatever LSE's own
+///   size. It is measured against max(1, |lse|, the row's largest such sum): against |lse| alone
+///   a row whose scores are large (inputs x10) but whose LSE is near 0 reached 3.4e-5 (bf16,
+///   97 x 70, head dim 128, causal; docs/PERF.md, 2026-11-25, fifth session). The bar for 16-bit
+///   inputs is 3e-5.
 ///
 /// Each bar is about 3x the worst error seen over many runs of the test shapes. f32 runs
 /// (interpreter only) differ from f64 only in summation order.
@@ -35,7 +37,7 @@ pub struct Tolerance {
     pub grad: f64,
     /// dQ, dK and dV's worst-row error against the size of their terms, at any scores.
     pub grad_terms: f64,
-    /// LSE's absolute error relative to max(1, |lse|).
+    /// LSE's absolute error relative to max(1, |lse|, its scores' terms).
     pub lse: f64,
 }
 
@@ -287,6 +289,9 @@ pub fn designed_cases() -> Vec<Case> {
         case(F16, 3, 129, 129, 8, 8, 128, false),
         case(BF16, 1, 64, 64, 4, 1, 128, true),
         case(F16, 1, 128, 128, 2, 2, 256, true),
+        // Around the 256 query rows of the D64 forward on Hopper (four warpgroups).
+        case(BF16, 1, 255, 257, 2, 1, 64, false),
+        case(F16, 2, 257, 255, 2, 2, 64, false),
         case(F32, 1, 77, 91, 4, 1, 64, true),
         case(F32, 2, 65, 33, 2, 2, 32, false),
     ];
@@ -461,15 +466,22 @@ impl Outputs {
             faults: self.faults(),
             ..Report::default()
         };
-        for (i, (got, &want)) in self.lse.to_f64().into_iter().zip(&want.lse).enumerate() {
-            if want == f64::NEG_INFINITY || got == f64::NEG_INFINITY {
-                if got != want {
+        let lse = self.lse.to_f64();
+        for (i, ((got, &wanted), &terms)) in lse
+            .into_iter()
+            .zip(&want.lse)
+            .zip(&want.lse_terms)
+            .enumerate()
+        {
+            if wanted == f64::NEG_INFINITY || got == f64::NEG_INFINITY {
+                if got != wanted {
                     report
                         .faults
-                        .push(format!("lse[{i}] is {got}, the reference has {want}"));
+                        .push(format!("lse[{i}] is {got}, the reference has {wanted}"));
                 }
             } else {
-                report.lse = report.lse.max((got - want).abs() / want.abs().max(1.0));
+                let size = wanted.abs().max(terms).max(1.0);
+                report.lse = report.lse.max((got - wanted).abs() / size);
             }
         }
         let d = p.head_dim;

@@ -10,7 +10,7 @@
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 64, 4, 3, wgmma | 64, 4 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 256 x 64, 16, 3, wgmma (causal: 128 x 64, 4) | 64, 4 | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -23,7 +23,7 @@
 //! dK/dV at 256, stay on `mma.sync`, which won there); four warps and 128 query rows wherever
 //! the kernel holds query rows, except where the accumulators need 8 warps, and the forward at
 //! 128, whose two warpgroups take turns at the tensor cores (kiln-codegen's `thread::lower`,
-//! 2026-11-25, fifth session). Several spill a little (up to
+//! 2026-11-25, fifth session), and the non-causal forward and dQ at 64, with four and two. Several spill a little (up to
 //! 700 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
 //! shared-memory reads of K and V per instruction against 16, which outweighs a few spilled
 //! values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
@@ -210,9 +210,13 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
+        // Four warpgroups taking turns for the forward, two for dQ: 1.12x and 1.08x the
+        // blocks of one warpgroup at seqlen 8192, 1.02x and 1.03x at 2048 (`kiln tune`,
+        // docs/PERF.md, 2026-11-25, fifth session). The causal kernels keep theirs: 256
+        // query rows lose 8-10% at 2048 there, where half the diagonal blocks are masked.
         (Target::Sm90a, 64) => [
-            c(128, 64, 4, 3).on_wgmma(),
-            c(64, 128, 4, 2).on_wgmma(),
+            c(256, 64, 16, 3).on_wgmma(),
+            c(128, 64, 8, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 128) => [

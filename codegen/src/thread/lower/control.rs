@@ -18,13 +18,13 @@ impl Lowering<'_> {
         &mut self,
         region: &Region,
         top: impl FnOnce(&mut Self) -> Result<Vec<Reg>>,
-        bottom: impl FnOnce(&mut Self, usize),
+        bottom: impl FnOnce(&mut Self, usize) -> Result<()>,
     ) -> Result<(Block, Vec<Vec<Reg>>)> {
         self.blocks.push(Vec::new());
         let yielded = top(self).and_then(|extra| {
             let top_len = self.blocks.last().map_or(0, Vec::len);
             let yielded = self.region(region)?;
-            bottom(self, top_len);
+            bottom(self, top_len)?;
             Ok((yielded, extra))
         });
         let mut insts = self.blocks.pop().unwrap_or_default();
@@ -65,7 +65,7 @@ impl Lowering<'_> {
         body: &Region,
     ) -> Result<Vec<Vec<Reg>>> {
         // An enclosing body's copies go before this loop's own.
-        self.issue_deferred_copies();
+        self.after_opening_wgmmas();
         let loc = self.loc;
         let (lower, upper, step) = (self.reg(lower)?, self.reg(upper)?, self.reg(step)?);
         let init: Vec<Vec<Reg>> = init.iter().map(|&v| self.regs(v)).collect::<Result<_>>()?;
@@ -114,11 +114,12 @@ impl Lowering<'_> {
             },
             |this, top| {
                 if takes_turns {
-                    this.close_turn();
+                    this.close_turn()?;
                 }
                 if let Some(pipeline) = &pipeline {
                     this.pipeline_bottom(pipeline, &state, top);
                 }
+                Ok(())
             },
         )?;
         self.pending = Pending::unknown();
@@ -159,9 +160,9 @@ impl Lowering<'_> {
         let cond = self.reg(cond)?;
         let before = self.pending;
         let (then_block, yielded) =
-            self.nested_block(then_region, |_| Ok(Vec::new()), |_, _| {})?;
+            self.nested_block(then_region, |_| Ok(Vec::new()), |_, _| Ok(()))?;
         let after_then = std::mem::replace(&mut self.pending, before);
-        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()), |_, _| {})?;
+        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()), |_, _| Ok(()))?;
         self.pending.reads |= after_then.reads;
         self.pending.writes |= after_then.writes;
         let results = self.fresh(&yielded);

@@ -147,8 +147,8 @@ fn nested_loop_bytes(
     most
 }
 
-/// The bytes of a TMA loop's `mbarrier`s: a `full` one per buffer, and an `empty` one where
-/// warpgroups take turns (none without TMA).
+/// The bytes of a TMA loop's `mbarrier`s: a `full` one per buffer, and an `empty` one in a
+/// program whose warpgroups take turns (none without TMA).
 pub(super) fn pipeline_barrier_bytes(layouts: &LayoutAssignment, pipeline: &PipelinedLoop) -> u32 {
     let kinds = if layouts.warpgroups_take_turns() {
         2

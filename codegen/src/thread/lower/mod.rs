@@ -408,11 +408,22 @@ impl Lowering<'_> {
     /// `bar.sync 0`; nothing staged is pending after it. Where `wgmma` reads shared memory,
     /// each thread's writes first fence the async proxy.
     pub(super) fn barrier(&mut self) {
-        if self.layouts.uses_wgmma() {
-            self.emit_effect(Op::FenceProxyAsync);
+        // A warpgroup holding its turn must pass it first: the others wait for it there.
+        self.pass_turn();
+        for op in self.barrier_ops() {
+            self.emit_effect(op);
         }
-        self.emit_effect(Op::Barrier);
         self.pending = dot::Pending::default();
+    }
+
+    /// What a barrier is: `bar.sync`, after a proxy fence where `wgmma` reads shared memory
+    /// (what threads wrote becomes visible to the tensor cores' async proxy).
+    pub(super) fn barrier_ops(&self) -> Vec<Op> {
+        let mut ops = vec![Op::Barrier];
+        if self.layouts.uses_wgmma() {
+            ops.insert(0, Op::FenceProxyAsync);
+        }
+        ops
     }
 
     /// Emits an instruction with several results, of `types`.
@@ -450,7 +461,7 @@ impl Lowering<'_> {
                 && !self.issues_wgmma(inst)
                 && !self.lowers_to_nothing(inst)
             {
-                self.issue_deferred_copies();
+                self.after_opening_wgmmas();
             }
             for conversion in self.layouts.conversions_at(index) {
                 match &conversion.kind {

@@ -38,8 +38,8 @@
 //! bar.sync; mbarrier.inval bar(s) (thread 0)  // nothing in flight: past the end nothing was issued
 //! ```
 //!
-//! Where warpgroups take turns ([`super::turns`]) they must run apart, so the `bar.sync` of
-//! each iteration goes: every buffer also has an `empty` `mbarrier` that every thread arrives
+//! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
+//! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier` that every thread arrives
 //! on at the end of the body (its `dot`s done with the buffer), and warp 0 waits for the
 //! buffer's previous `empty` phase before copying into it again. With one warpgroup the
 //! `bar.sync` stays: the `wgmma`s already hold its warps together, and the barriers cost more
@@ -79,8 +79,8 @@ struct TmaIssue {
     /// The first buffer's `full` `mbarrier` (bytes; the others follow), whose phase completes
     /// when the buffer's copies landed.
     barriers: u32,
-    /// Where warpgroups take turns, the first buffer's `empty` `mbarrier` (the others follow),
-    /// whose phase completes when every thread is done reading the buffer.
+    /// In a program whose warpgroups take turns, the first buffer's `empty` `mbarrier` (the
+    /// others follow), whose phase completes when every thread is done reading the buffer.
     empty: Option<u32>,
     /// Whether this thread sets the barriers up and arrives on them (thread 0).
     issuer: Reg,
@@ -335,10 +335,7 @@ impl Lowering<'_> {
         let bar = self.barrier_of(empty, state[0]);
         self.emit_effect(Op::MbarrierArrive { bar });
         if self.pending.writes {
-            let mut barrier = vec![Op::Barrier];
-            if self.layouts.uses_wgmma() {
-                barrier.insert(0, Op::FenceProxyAsync);
-            }
+            let barrier = self.barrier_ops();
             let loc = self.loc;
             if let Some(block) = self.blocks.last_mut() {
                 for (i, op) in barrier.into_iter().enumerate() {
@@ -404,10 +401,11 @@ impl Lowering<'_> {
         Ok(())
     }
 
-    /// Emits the copies held back by [`Self::copies_now_or_later`], where this is the block of
-    /// the body that held them: at the first instruction after its opening `wgmma`s, a `wgmma`
-    /// wait, a loop, or the body's end, whichever comes first.
-    pub(super) fn issue_deferred_copies(&mut self) {
+    /// After a body's opening `wgmma`s (at the first instruction after them, a `wgmma` wait, a
+    /// loop, or the body's end, whichever comes first): passes the warpgroup's turn on
+    /// ([`super::turns`]), then emits the copies held back by [`Self::copies_now_or_later`],
+    /// where this is the block of the body that held them.
+    pub(super) fn after_opening_wgmmas(&mut self) {
         self.pass_turn();
         let depth = self.blocks.len();
         if let Some((_, insts)) = self.deferred_copies.take_if(|(at, _)| *at == depth) {

@@ -22,12 +22,14 @@
 //! takes is always passed on; the last one is taken back before the loop's closing `bar.sync`
 //! so that the next loop finds the barriers at rest. The turns order no memory: the TMA
 //! loop's `full` and `empty` barriers do ([`super::pipeline`]). The emulator replays every
-//! warp's waits apart to show the protocol cannot deadlock ([`crate::emulate`]).
+//! warp's waits apart, one schedule per emulated launch, and reports a deadlock
+//! ([`crate::emulate`]).
 
-use super::Lowering;
+use super::{Lowering, Result};
 use crate::layout::THREADS_PER_WARP;
 use crate::layout::wgmma::WARPS_PER_WARPGROUP;
 use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
+use crate::{CodegenError, Stage};
 
 /// Threads of a warpgroup.
 const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP;
@@ -131,13 +133,17 @@ impl Lowering<'_> {
         });
     }
 
-    /// At the end of the body: a turn not taken yet (the body's `wgmma`s were all nested
-    /// deeper) is taken and passed here, so that every iteration takes one.
-    pub(super) fn close_turn(&mut self) {
-        if self.turns.as_ref().is_some_and(|t| t.turn == Turn::Waiting) {
-            self.take_turn();
+    /// At the end of the body: its opening `wgmma`s took the turn and passed it on (a loop
+    /// takes turns only where its body issues `wgmma`s at its top), so that every iteration
+    /// takes one.
+    pub(super) fn close_turn(&self) -> Result<()> {
+        match self.turns.as_ref().map(|t| t.turn) {
+            None | Some(Turn::Passed) => Ok(()),
+            Some(_) => Err(CodegenError::internal(
+                Stage::Thread,
+                "a loop body that takes turns ends without having taken and passed one",
+            )),
         }
-        self.pass_turn();
     }
 
     /// After the loop, before its closing `bar.sync`: warpgroup 0 takes back the turn the last

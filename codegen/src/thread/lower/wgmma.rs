@@ -226,7 +226,7 @@ impl Lowering<'_> {
     /// `wgmma.wait_group` until `group` is complete (groups complete in order): the results
     /// of it and the groups before it are the wait's, passed through.
     fn wait_for(&mut self, group: u32) {
-        self.issue_deferred_copies();
+        self.after_opening_wgmmas();
         let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_flight.dots)
             .into_iter()
             .partition(|&(_, g)| g <= group);
