@@ -684,6 +684,28 @@ fn nested_pipelined_loops_keep_their_own_copies() {
     assert!(first_copy > commit, "the outer copies come before its dot");
 }
 
+/// The forward's first K and V copies go out before Q's load and the first key block's
+/// scores (its first loop's prologue goes where what it needs exists, ahead of the `dot`
+/// before the loop); dQ's, with no `dot` before its loop to hide them behind, stay at the loop.
+#[test]
+fn the_forward_issues_its_first_copies_before_its_first_scores() {
+    use kiln_codegen::thread::Op;
+    let first = |name: &str, op: &dyn Fn(&Op) -> bool| {
+        let case = attention_case(name, BF16, 128, true, Target::Sm90a);
+        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        program.body.insts.iter().position(|i| op(&i.op))
+    };
+    let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
+    let wgmma = |op: &Op| matches!(op, Op::Wgmma { .. });
+    let global_load = |op: &Op| matches!(op, Op::LoadVector { .. });
+    let forward_copy = first("attention_fwd", &copy).expect("the forward copies with TMA");
+    assert!(forward_copy < first("attention_fwd", &global_load).expect("Q's load"));
+    assert!(forward_copy < first("attention_fwd", &wgmma).expect("the first scores"));
+    // dQ's copies are issued at its loop, after its Q and dO tiles are loaded.
+    let dq_copy = first("attention_bwd_dq", &copy).expect("dQ copies with TMA");
+    assert!(dq_copy > first("attention_bwd_dq", &global_load).expect("Q's load"));
+}
+
 /// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
 /// without the arrivals the copier waits forever, and without its wait the copy races the
 /// other warpgroup's reads (the GEMM of two warpgroups, its K loop on three stages).

@@ -408,7 +408,7 @@ fn dot_only_values(kernel: &Kernel) -> Vec<bool> {
 }
 
 /// Instructions `inst` accounts for in the pre-order numbering: itself and its regions'.
-fn inst_count(inst: &Inst) -> usize {
+pub(crate) fn inst_count(inst: &Inst) -> usize {
     1 + super::assign::nested_regions(&inst.op)
         .into_iter()
         .flat_map(|r| &r.insts)

@@ -87,15 +87,25 @@ pub fn attention_fwd<
     // FFMA, `exp2(qk * scale - m)`, which takes the row max of unscaled scores: that is the max
     // of scaled ones only for a scale >= 0, so a negative scale's sign goes into Q instead, and a
     // zero scale becomes the smallest normal one (it rounds every product to the same result).
-    let scale = softmax_scale * f32::consts::LOG2_E;
-    let q_sign = where_(scale < 0.0, -1.0, 1.0);
-    let q_tile = (load(q_block, [0]).to::<f32>() * q_sign).to::<T>();
-    let qk_scale = maximum(abs(scale), f32::MIN_POSITIVE);
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     // Query row i sees key j iff j <= i + shift (the mask is aligned bottom-right).
     let shift = seqlen_k - seqlen_q;
     // Key tiles before `full_end` need no mask; a causal block ends at its last row's diagonal.
     let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
+    // With OVERLAP_SOFTMAX the loops start one key block in, after the first block's softmax,
+    // the unmasked one ending a block early. Their bounds and blocks are computed before Q's
+    // load: kiln-codegen issues the first loop's copies as soon as what they need exists, so
+    // its first K and V tiles load beside Q and the first block's scores.
+    let k_first = k_block;
+    let mut unmasked_end = full_end;
+    if OVERLAP_SOFTMAX {
+        k_block = advance(k_block, [BLOCK_N, 0]);
+        unmasked_end = maximum(full_end - BLOCK_N, 0);
+    }
+    let scale = softmax_scale * f32::consts::LOG2_E;
+    let q_sign = where_(scale < 0.0, -1.0, 1.0);
+    let q_tile = (load(q_block, [0]).to::<f32>() * q_sign).to::<T>();
+    let qk_scale = maximum(abs(scale), f32::MIN_POSITIVE);
 
     let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
     let mut l_i = zeros([BLOCK_M], f32);
@@ -104,14 +114,13 @@ pub fn attention_fwd<
         // The first block's softmax before the loops; each iteration multiplies P by V and
         // starts the next block's.
         let qk = scores::<CAUSAL, BLOCK_N>(
-            dot(q_tile, trans(load(k_block, [0]))),
+            dot(q_tile, trans(load(k_first, [0]))),
             0,
             full_end,
             offs_m,
             shift,
             seqlen_k,
         );
-        k_block = advance(k_block, [BLOCK_N, 0]);
         let (m_new, p, _) = softmax_step(qk, qk_scale, m_i);
         l_i = p.sum(1);
         m_i = m_new;
@@ -119,7 +128,6 @@ pub fn attention_fwd<
         // Two loops with one body: the first while the next block needs no mask, the second
         // masking every block without a branch (ptxas waits for every wgmma where control
         // flow joins).
-        let unmasked_end = maximum(full_end - BLOCK_N, 0);
         for _ in (0..unmasked_end).step_by(BLOCK_N) {
             // Issued in this order so that waiting for the scores leaves P @ V running.
             let qk = dot(q_tile, trans(load(k_block, [0])));

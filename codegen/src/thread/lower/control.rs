@@ -73,8 +73,19 @@ impl Lowering<'_> {
         let pipeline = match self.layouts.pipeline_at(self.current_inst) {
             Some(info) => {
                 let bounds = [lower, upper, step];
-                let mut pipeline =
-                    self.pipeline_prologue(inst, info, &body.params, &init, bounds)?;
+                let index = self.current_inst;
+                // Its prologue may have gone ahead of it ([`super::pipeline::early_prologue`]).
+                let mut pipeline = match self.early_pipeline.take_if(|(at, _)| *at == index) {
+                    Some((_, pipeline)) => {
+                        // The prologue's barrier came before what was staged since, and a
+                        // body without a barrier at its top assumes no staged writes pending.
+                        if self.pending.writes && pipeline.frees_on_barriers() {
+                            self.barrier();
+                        }
+                        pipeline
+                    }
+                    None => self.pipeline_prologue(inst, info, &body.params, &init, bounds)?,
+                };
                 // A body that issues `wgmma`s issues its first ones before the copies.
                 pipeline.defer_copies = body.insts.iter().any(|i| self.issues_wgmma(i));
                 takes_turns = info.uses_tma() && pipeline.defer_copies && self.begin_turns();

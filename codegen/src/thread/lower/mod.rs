@@ -80,6 +80,8 @@ pub fn lower(
         in_flight: wgmma::InFlight::default(),
         deferred_copies: None,
         turns: None,
+        early_prologue: pipeline::early_prologue(kernel, layouts),
+        early_pipeline: None,
         threads: options.threads_per_block(),
     };
     let mut params = Vec::new();
@@ -173,6 +175,10 @@ pub(super) struct Lowering<'a> {
     /// The turns of the pipelined loop whose body is being lowered, where warpgroups take
     /// them ([`turns`]).
     turns: Option<turns::Turns>,
+    /// Where the first top-level TMA loop's prologue goes ahead of the loop, until it is
+    /// emitted; then the loop's index and pipeline, until the loop takes them up.
+    early_prologue: Option<pipeline::EarlyPrologue>,
+    early_pipeline: Option<(usize, pipeline::Pipeline)>,
 }
 
 impl Lowering<'_> {
@@ -454,6 +460,11 @@ impl Lowering<'_> {
             self.current_inst = index;
             self.loc = Some(inst.loc);
             self.converted.clear();
+            if self.blocks.len() == 1
+                && let Some(early) = self.early_prologue.take_if(|e| e.before == index)
+            {
+                self.early_pipeline_prologue(early)?;
+            }
             self.wait_for_operands(inst);
             // Held-back copies go right after the body's first `wgmma`s, before the first
             // instruction after them that is neither another nor one that emits nothing.
@@ -503,7 +514,7 @@ impl Lowering<'_> {
         }
     }
 
-    fn inst(&mut self, inst: &TileInst) -> Result<Vec<Vec<Reg>>> {
+    pub(super) fn inst(&mut self, inst: &TileInst) -> Result<Vec<Vec<Reg>>> {
         let one = |regs: Vec<Reg>| Ok(vec![regs]);
         match &inst.op {
             TileOp::Constant(c) => {

@@ -38,6 +38,10 @@
 //! bar.sync; mbarrier.inval bar(s) (thread 0)  // nothing in flight: past the end nothing was issued
 //! ```
 //!
+//! The kernel's first TMA loop at its top level may set up its barriers and issue its first
+//! copies ahead of the loop, where what they need is computed and a `dot` follows to hide
+//! them behind ([`early_prologue`]).
+//!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
 //! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier` that every thread arrives
 //! on at the end of the body (its `dot`s done with the buffer), and warp 0 waits for the
@@ -45,7 +49,9 @@
 //! `bar.sync` stays: the `wgmma`s already hold its warps together, and the barriers cost more
 //! (docs/PERF.md).
 
-use kiln_dsl::ir::{Inst as TileInst, Value};
+use std::collections::HashMap;
+
+use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Value};
 
 use super::dot::{
     Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
@@ -54,7 +60,11 @@ use super::dot::{
 use super::memory::BlockRegs;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
-use crate::layout::{Delta, Layout, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP, TmaLoad};
+use crate::layout::pipeline::inst_count;
+use crate::layout::{
+    Delta, Layout, LayoutAssignment, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP, TmaLoad,
+    nested_regions,
+};
 use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// Bytes of one `mbarrier`.
@@ -90,6 +100,12 @@ struct TmaIssue {
 }
 
 impl Pipeline {
+    /// Whether its buffers are freed on `empty` barriers, its body lowered as if no staged
+    /// writes were pending at its top ([`Lowering::pipeline_top`]).
+    pub fn frees_on_barriers(&self) -> bool {
+        self.tma.is_some_and(|t| t.empty.is_some())
+    }
+
     /// The registers the loop carries for it: the buffer slot, and with TMA the phase parity.
     pub fn state_len(&self) -> usize {
         if self.tma.is_some() { 2 } else { 1 }
@@ -186,6 +202,58 @@ impl Lowering<'_> {
             self.emit_effect(Op::CpAsyncCommit);
         }
         Ok(pipeline)
+    }
+
+    /// The prologue of the loop at `early` ahead of the loop, at [`early_prologue`]'s place:
+    /// what the loop's lowering then takes up.
+    pub(super) fn early_pipeline_prologue(&mut self, early: EarlyPrologue) -> Result<()> {
+        let for_index = early.for_index;
+        let for_inst = &self.kernel.body.insts[early.for_position];
+        let loc = self.loc.replace(for_inst.loc);
+        let pipeline = self.early_prologue_of(for_inst, for_index, early.for_position);
+        self.loc = loc;
+        self.early_pipeline = Some((for_index, pipeline?));
+        Ok(())
+    }
+
+    fn early_prologue_of(
+        &mut self,
+        for_inst: &TileInst,
+        for_index: usize,
+        for_position: usize,
+    ) -> Result<Pipeline> {
+        let (
+            Some(loop_info),
+            TileOp::For {
+                lower,
+                upper,
+                step,
+                init,
+                body,
+            },
+        ) = (self.layouts.pipeline_at(for_index), &for_inst.op)
+        else {
+            return Err(unsupported(for_inst, "expected a pipelined loop"));
+        };
+        // A bound that is a constant not lowered yet (the DSL makes them where they are used).
+        for &bound in [lower, upper, step] {
+            let constant = self.kernel.body.insts[..for_position]
+                .iter()
+                .find(|i| i.results.contains(&bound) && matches!(i.op, TileOp::Constant(_)));
+            if let Some(constant) = constant
+                && self.values[bound.index()].is_none()
+            {
+                let regs = self.inst(constant)?;
+                self.bind(bound, regs.into_iter().next().unwrap_or_default());
+            }
+        }
+        let bounds = [self.reg(*lower)?, self.reg(*upper)?, self.reg(*step)?];
+        // Only the pipelined loads' block pointers are defined yet; the prologue reads no other.
+        let init: Vec<Vec<Reg>> = init
+            .iter()
+            .map(|v| self.values[v.index()].clone().unwrap_or_default())
+            .collect();
+        self.pipeline_prologue(for_inst, loop_info, &body.params, &init, bounds)
     }
 
     /// At the top of the body: waits for this iteration's tiles, binds each pipelined load to
@@ -677,4 +745,88 @@ fn carried_index(inst: &TileInst, body_params: &[Value], param: Value) -> Result
                 "a pipelined load of a block pointer the loop does not carry",
             )
         })
+}
+
+/// Where the kernel's first loop at its top level, if it is a TMA loop, sets up its barriers
+/// and issues its first copies, if earlier than the loop itself: right after the last
+/// top-level instruction that defines what they need (the loop's bounds, the block pointers
+/// its pipelined loads start from and the offsets they advance by). Its first tiles then
+/// load while the code before the loop runs: only where that code has a `dot` to hide
+/// them behind (the forward's first key block's scores and softmax). Loads alone overlap
+/// with the copies anyway, and the staging between would cost a barrier of its own (the dQ
+/// kernel's: 2-3% slower at seqlen 1k, docs/PERF.md, run 42).
+pub(super) fn early_prologue(kernel: &Kernel, layouts: &LayoutAssignment) -> Option<EarlyPrologue> {
+    /// Whether `inst` or an instruction nested in it is one `pick` picks.
+    fn any(inst: &TileInst, pick: &dyn Fn(&TileOp) -> bool) -> bool {
+        pick(&inst.op)
+            || nested_regions(&inst.op)
+                .into_iter()
+                .any(|r| r.insts.iter().any(|i| any(i, pick)))
+    }
+    let insts = &kernel.body.insts;
+    let starts: Vec<usize> = insts
+        .iter()
+        .scan(0, |next, inst| {
+            let start = *next;
+            *next += inst_count(inst);
+            Some(start)
+        })
+        .collect();
+    let at = insts
+        .iter()
+        .position(|i| any(i, &|op| matches!(op, TileOp::For { .. })))?;
+    let loop_info = layouts.pipeline_at(starts[at])?;
+    let TileOp::For {
+        lower,
+        upper,
+        step,
+        init,
+        body,
+    } = &insts[at].op
+    else {
+        return None;
+    };
+    if !loop_info.uses_tma() {
+        return None;
+    }
+    let mut needed = vec![*lower, *upper, *step];
+    for load in &loop_info.loads {
+        let carried = body.params.iter().skip(1).position(|&p| p == load.param)?;
+        needed.push(init[carried]);
+        needed.extend(load.deltas.iter().filter_map(|d| match d {
+            Delta::Value(v) => Some(*v),
+            Delta::Constant(_) => None,
+        }));
+    }
+    // Constants count as defined from the start: the prologue lowers its own.
+    let defined_at: HashMap<Value, usize> = insts[..at]
+        .iter()
+        .enumerate()
+        .filter(|(_, inst)| !matches!(inst.op, TileOp::Constant(_)))
+        .flat_map(|(p, inst)| inst.results.iter().map(move |&r| (r, p)))
+        .collect();
+    let earliest = needed
+        .iter()
+        .filter_map(|v| defined_at.get(v))
+        .map(|p| p + 1)
+        .max()
+        .unwrap_or(0);
+    let crosses_dot = insts[earliest..at]
+        .iter()
+        .any(|i| any(i, &|op| matches!(op, TileOp::Dot { .. })));
+    (earliest < at && crosses_dot).then(|| EarlyPrologue {
+        before: starts[earliest],
+        for_index: starts[at],
+        for_position: at,
+    })
+}
+
+/// [`early_prologue`]'s place for a loop's prologue.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct EarlyPrologue {
+    /// The pre-order index of the top-level instruction it goes before.
+    pub before: usize,
+    /// The loop's pre-order index, and its position among the top-level instructions.
+    pub for_index: usize,
+    pub for_position: usize,
 }
