@@ -855,6 +855,84 @@ fn the_emulator_finds_turns_misused() {
     assert!(err.to_string().contains(deadlock), "{err}");
 }
 
+/// A GEMM of two warpgroups whose A tile is doubled in registers and staged for its `wgmma`s
+/// every iteration: the body writes shared memory, so its loop keeps a barrier at its top
+/// though its buffers are freed on `empty` barriers.
+#[kernel]
+fn gemm_of_doubled_a(
+    a: Ptr<f16>,
+    b: Ptr<f16>,
+    c: Ptr<f32>,
+    k: i32,
+    a_row_stride: i64,
+    b_row_stride: i64,
+) {
+    let mut a_block = make_block_ptr(a, [128, k], [a_row_stride, 1], [0, 0], [128, 32], [1, 0]);
+    let mut b_block = make_block_ptr(b, [k, 64], [b_row_stride, 1], [0, 0], [32, 64], [1, 0]);
+    let mut acc = zeros([128, 64], f32);
+    for _ in (0..k).step_by(32) {
+        let doubled = (load(a_block, [0, 1]).to::<f32>() * 2.0).to::<f16>();
+        acc = dot(doubled, load(b_block, [0, 1]), acc);
+        a_block = advance(a_block, [0, 32]);
+        b_block = advance(b_block, [32, 0]);
+    }
+    let c_block = make_block_ptr(c, [128, 64], [64, 1], [0, 0], [128, 64], [1, 0]);
+    store(c_block, acc, [0, 1]);
+}
+
+/// Warp 0's wait on a buffer's `empty` barrier orders only what the arriving threads did before
+/// arriving, and only for warp 0: without the barrier at the top of the body above, the next
+/// iteration's staging of A races the other warpgroup's `wgmma`s reading the last one's.
+#[test]
+fn the_emulator_orders_by_empty_barriers_only_what_they_order() {
+    use kiln_codegen::thread::{Block, Op};
+    let kernel = gemm_of_doubled_a::build(&Spec::new()).unwrap();
+    let options = ["a", "b"]
+        .into_iter()
+        .map(|p| (p, 16))
+        .chain([("a_row_stride", 8), ("b_row_stride", 8)])
+        .fold(
+            CompileOptions::new(Target::Sm90a, 8)
+                .with_stages(2)
+                .with_wgmma(true),
+            |options, (name, n)| options.with_divisibility(name, n),
+        );
+    let program = thread_program(&kernel, &options).unwrap();
+    let k = 96;
+    let a = HostBuffer::zeros(F16, 128 * k);
+    let b = HostBuffer::zeros(F16, k * 64);
+    let c = HostBuffer::zeros(F32, 128 * 64);
+    let args = [
+        KernelArg::Buffer(&a),
+        KernelArg::Buffer(&b),
+        KernelArg::Buffer(&c),
+        KernelArg::I32(k as i32),
+        KernelArg::I64(k as i64),
+        KernelArg::I64(64),
+    ];
+    emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
+    fn body_barrier_dropped(block: &mut Block) -> bool {
+        for inst in &mut block.insts {
+            if let Op::For { body, .. } = &mut inst.op {
+                let at = body.insts.iter().position(|i| matches!(i.op, Op::Barrier));
+                let empty = body
+                    .insts
+                    .iter()
+                    .any(|i| matches!(i.op, Op::MbarrierArrive { .. }));
+                if let (Some(at), true) = (at, empty) {
+                    body.insts.remove(at);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    let mut unordered = program.clone();
+    assert!(body_barrier_dropped(&mut unordered.body), "{program}");
+    let err = emulate::run(&unordered, Grid::new(1, 1, 1), &args).unwrap_err();
+    assert!(err.to_string().contains("race"), "{err}");
+}
+
 /// A GEMM whose B is one matrix of a batch (the batch dimension indexed at 0).
 #[kernel]
 fn first_of_batch_gemm(
