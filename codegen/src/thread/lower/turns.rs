@@ -18,12 +18,12 @@
 //! bar.sync 0                                  // the loop's end (pipeline_drain)
 //! ```
 //!
-//! Between its `bar.sync` and `bar.arrive` a warpgroup waits for nothing else, so a turn it
-//! takes is always passed on; the last one is taken back before the loop's closing `bar.sync`
-//! so that the next loop finds the barriers at rest. The turns order no memory: the TMA
-//! loop's `full` and `empty` barriers do ([`super::pipeline`]). The emulator replays every
-//! warp's waits apart, one schedule per emulated launch, and reports a deadlock
-//! ([`crate::emulate`]).
+//! Between its `bar.sync` and `bar.arrive` a warpgroup waits for nothing else (a `bar.sync 0`
+//! the lowering would put there passes the turn first), so a turn it takes is always passed
+//! on; the last one is taken back before the loop's closing `bar.sync` so that the next loop
+//! finds the barriers at rest. The turns order no memory: the TMA loop's `full` and `empty`
+//! barriers do ([`super::pipeline`]). The emulator replays every warp's waits apart, one
+//! schedule per emulated launch, and reports a deadlock ([`crate::emulate`]).
 
 use super::{Lowering, Result};
 use crate::layout::THREADS_PER_WARP;
