@@ -706,19 +706,29 @@ fn the_forward_issues_its_first_copies_before_its_first_scores() {
     assert!(dq_copy > first("attention_bwd_dq", &global_load).expect("Q's load"));
 }
 
+/// The GEMM of two warpgroups (taking turns, its K loop on three TMA stages, its buffers freed
+/// on `empty` barriers) and a run of a thread program in its place in the emulator.
+fn two_warpgroup_gemm() -> (
+    kiln_codegen::thread::Program,
+    impl Fn(&kiln_codegen::thread::Program) -> Result<(), emulate::EmulationError>,
+) {
+    let case = case("gemm_f16_wgmma_m128_n128_k64_s3_w8_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = move |program: &kiln_codegen::thread::Program| {
+        let [x, y, z] = run.grid;
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    (program, emulated)
+}
+
 /// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
 /// without the arrivals the copier waits forever, and without its wait the copy races the
 /// other warpgroup's reads (the GEMM of two warpgroups, its K loop on three stages).
 #[test]
 fn the_emulator_finds_empty_barriers_misused() {
     use kiln_codegen::thread::Op;
-    let case = case("gemm_f16_wgmma_m128_n128_k64_s3_w8_sm_90a");
-    let run = cases::runs(&case).swap_remove(3);
-    let [x, y, z] = run.grid;
-    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    let emulated = |program: &kiln_codegen::thread::Program| {
-        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
-    };
+    let (program, emulated) = two_warpgroup_gemm();
     emulated(&program).unwrap();
     let mut no_arrivals = program.clone();
     drop_insts(&mut no_arrivals.body, &|op| {
@@ -744,13 +754,7 @@ fn the_emulator_finds_empty_barriers_misused() {
 #[test]
 fn the_emulator_finds_turns_misused() {
     use kiln_codegen::thread::{Block, Inst, Op};
-    let case = case("gemm_f16_wgmma_m128_n128_k64_s3_w8_sm_90a");
-    let run = cases::runs(&case).swap_remove(3);
-    let [x, y, z] = run.grid;
-    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    let emulated = |program: &kiln_codegen::thread::Program| {
-        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
-    };
+    let (program, emulated) = two_warpgroup_gemm();
     emulated(&program).unwrap();
     let mut turns = Vec::new();
     edit_ops(&mut program.clone().body, &mut |op| {

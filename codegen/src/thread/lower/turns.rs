@@ -97,38 +97,33 @@ impl Lowering<'_> {
 
     /// Before the first `wgmma` of the body taking turns: waits for this warpgroup's.
     pub(super) fn take_turn(&mut self) {
-        let depth = self.blocks.len();
-        let Some(turns) = self.turns.as_mut() else {
-            return;
-        };
-        if turns.depth != depth || turns.turn != Turn::Waiting {
-            return;
-        }
-        turns.turn = Turn::Holding;
-        let own = turns.own;
-        self.emit_effect(Op::NamedBarrier {
-            id: own,
-            threads: 2 * WARPGROUP_THREADS,
-            wait: true,
-            pred: None,
-        });
+        self.move_turn(Turn::Waiting);
     }
 
     /// After the body's opening `wgmma`s (where its held-back copies go): passes the turn on.
     pub(super) fn pass_turn(&mut self) {
+        self.move_turn(Turn::Holding);
+    }
+
+    /// Moves the turn of the body being lowered on from `from`, in the body's own block:
+    /// waiting, it waits on this warpgroup's barrier; holding, it arrives on the next one's.
+    fn move_turn(&mut self, from: Turn) {
         let depth = self.blocks.len();
         let Some(turns) = self.turns.as_mut() else {
             return;
         };
-        if turns.depth != depth || turns.turn != Turn::Holding {
+        if turns.depth != depth || turns.turn != from {
             return;
         }
-        turns.turn = Turn::Passed;
-        let next = turns.next;
+        let (to, id, wait) = match from {
+            Turn::Waiting => (Turn::Holding, turns.own, true),
+            _ => (Turn::Passed, turns.next, false),
+        };
+        turns.turn = to;
         self.emit_effect(Op::NamedBarrier {
-            id: next,
+            id,
             threads: 2 * WARPGROUP_THREADS,
-            wait: false,
+            wait,
             pred: None,
         });
     }
