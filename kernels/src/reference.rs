@@ -160,15 +160,17 @@ pub fn attention(
             for i in 0..sq {
                 let visible = |j: usize| !p.causal || (j as i64) <= i as i64 + shift;
                 let qrow = &q[qi(b, i, h)..qi(b, i, h) + d];
-                let s: Vec<f64> = (0..sk)
+                // Each visible score, and the size of its terms.
+                let (s, terms): (Vec<f64>, Vec<f64>) = (0..sk)
                     .map(|j| {
+                        let krow = &k[ki(b, j, hk)..ki(b, j, hk) + d];
                         if visible(j) {
-                            scale * dotp(qrow, &k[ki(b, j, hk)..ki(b, j, hk) + d])
+                            (scale * dotp(qrow, krow), scale.abs() * abs_dot(qrow, krow))
                         } else {
-                            f64::NEG_INFINITY
+                            (f64::NEG_INFINITY, 0.0)
                         }
                     })
-                    .collect();
+                    .unzip();
                 let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 if max == f64::NEG_INFINITY {
                     continue; // no visible key: O = 0, LSE = -inf, zero gradients
@@ -176,10 +178,7 @@ pub fn attention(
                 let sum: f64 = s.iter().map(|x| (x - max).exp()).sum();
                 let lse = max + sum.ln();
                 head.lse[i] = lse;
-                head.lse_terms[i] = (0..sk)
-                    .filter(|&j| visible(j))
-                    .map(|j| scale.abs() * abs_dot(qrow, &k[ki(b, j, hk)..ki(b, j, hk) + d]))
-                    .fold(0.0, f64::max);
+                head.lse_terms[i] = terms.iter().copied().fold(0.0, f64::max);
                 let prob: Vec<f64> = s.iter().map(|x| (x - lse).exp()).collect();
                 let dorow = &d_o[qi(b, i, h)..qi(b, i, h) + d];
                 let vrow = |j: usize| &v[ki(b, j, hk)..ki(b, j, hk) + d];

@@ -264,17 +264,14 @@ impl BlockState<'_, '_> {
             Op::Yield(_) => Err(self.error(inst, None, "a yield inside a block".to_string())),
             Op::Barrier => {
                 self.shared.barrier();
-                let threads = self.threads as u32;
+                // Barrier 0, counting every thread of the block.
+                let all = Event::Named {
+                    id: 0,
+                    threads: self.threads as u32,
+                    wait: true,
+                };
                 for warp in 0..self.threads.div_ceil(THREADS_PER_WARP as usize) {
-                    let wait = true;
-                    self.log(
-                        warp,
-                        Event::Named {
-                            id: 0,
-                            threads,
-                            wait,
-                        },
-                    );
+                    self.log(warp, all);
                 }
                 Ok(())
             }
@@ -436,7 +433,7 @@ impl BlockState<'_, '_> {
                             .arrive_expect_tx(self.get(*bar, t), *bytes, t as u32, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
-                    self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
+                    self.log_thread(t, Event::MbarrierArrive { bar });
                 }
                 Ok(())
             }
@@ -446,7 +443,7 @@ impl BlockState<'_, '_> {
                     let arrive = self.mbarriers.arrive(self.get(*bar, t), t as u32, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
-                    self.log_thread(t, Event::MbarrierArrive { bar, arrivals: 1 });
+                    self.log_thread(t, Event::MbarrierArrive { bar });
                 }
                 Ok(())
             }

@@ -39,10 +39,9 @@ pub(super) enum Event {
         bar: u64,
         count: u32,
     },
-    /// `arrivals` arrivals on the current phase (a lane each).
+    /// One lane's arrival on the current phase.
     MbarrierArrive {
         bar: u64,
-        arrivals: u32,
     },
     MbarrierWait {
         bar: u64,
@@ -144,8 +143,7 @@ impl Log {
                             })
                         }
                         Event::MbarrierInit { bar, count } => {
-                            let parity = 0;
-                            let pending = count;
+                            let (pending, parity) = (count, 0);
                             mbarriers.insert(
                                 bar,
                                 Mbarrier {
@@ -156,11 +154,11 @@ impl Log {
                             );
                             None
                         }
-                        Event::MbarrierArrive { bar, arrivals } => {
+                        Event::MbarrierArrive { bar } => {
                             let b = mbarriers
                                 .get_mut(&bar)
                                 .ok_or_else(|| no_mbarrier(warp, bar))?;
-                            b.pending = b.pending.saturating_sub(arrivals);
+                            b.pending = b.pending.saturating_sub(1);
                             if b.pending == 0 {
                                 b.parity ^= 1;
                                 b.pending = b.count;

@@ -293,10 +293,9 @@ pub enum Op {
     /// `bar.sync id, threads` (with `wait`) or `bar.arrive id, threads` on the named barrier `id`
     /// (an i32 register from 1, the same in every lane of a warp), in the warps where `pred`
     /// holds (all without one; the same in all their lanes, and in all warps of a warpgroup):
-    /// `threads` arrivals, the waiting
-    /// and the arriving warps' together, complete a phase. Warpgroups take turns issuing
-    /// `wgmma`s on them ([`mod@crate::thread::lower`]'s turns); nothing relies on them to order
-    /// memory, and the emulator orders none by them.
+    /// `threads` arrivals, the waiting and the arriving warps' together, complete a phase.
+    /// Warpgroups take turns issuing `wgmma`s on them ([`mod@crate::thread::lower`]'s turns);
+    /// nothing relies on them to order memory, and the emulator orders none by them.
     NamedBarrier {
         id: Reg,
         threads: u32,

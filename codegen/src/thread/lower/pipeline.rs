@@ -43,9 +43,9 @@
 //! them behind ([`early_prologue`]).
 //!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
-//! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier` that every thread arrives
-//! on at the end of the body (its `dot`s done with the buffer), and warp 0 waits for the
-//! buffer's previous `empty` phase before copying into it again. With one warpgroup the
+//! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier`
+//! that every thread arrives on at the end of the body (its `dot`s done with the buffer), and
+//! warp 0 waits for the buffer's previous `empty` phase before copying into it again. With one warpgroup the
 //! `bar.sync` stays: the `wgmma`s already hold its warps together, and the barriers cost more
 //! (docs/PERF.md).
 
