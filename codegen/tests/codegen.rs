@@ -722,6 +722,106 @@ fn two_warpgroup_gemm() -> (
     (program, emulated)
 }
 
+/// The wgmma GEMM writes C by TMA (a swizzled shared tile, a proxy fence and a barrier, one
+/// lane's bulk copy, its wait at the end): without the barrier the copy reads what other threads
+/// wrote unordered, without the fence what the async proxy may not see yet, without the wait
+/// the block ends while it may still read, and a write into its tile before the wait races it.
+/// Of two warpgroups, each stores its own rows after a barrier of its own warps: without it,
+/// the same race.
+#[test]
+fn the_emulator_finds_tma_stores_misused() {
+    use kiln_codegen::thread::{Inst, Op};
+    let case = case("gemm_f16_wgmma_m64_n64_k32_s3_w4_sm_90a");
+    let run = cases::runs(&case).swap_remove(3);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    let top = &program.body.insts;
+    let store = top
+        .iter()
+        .position(|i| matches!(i.op, Op::TmaStore { .. }))
+        .expect("the GEMM stores C by TMA");
+    let barrier = top[..store]
+        .iter()
+        .rposition(|i| matches!(i.op, Op::Barrier))
+        .expect("a barrier before the store");
+    let mut unordered = program.clone();
+    unordered.body.insts.remove(barrier);
+    let err = emulated(&unordered).unwrap_err();
+    assert!(
+        err.to_string().contains("read without a barrier between"),
+        "{err}"
+    );
+    assert!(matches!(top[barrier - 1].op, Op::FenceProxyAsync));
+    let mut unfenced = program.clone();
+    unfenced.body.insts.remove(barrier - 1);
+    let err = emulated(&unfenced).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("without a fence.proxy.async before a TMA store reads it"),
+        "{err}"
+    );
+    let mut unwaited = program.clone();
+    drop_insts(&mut unwaited.body, &|op| matches!(op, Op::BulkWaitRead));
+    let err = emulated(&unwaited).unwrap_err();
+    assert!(
+        err.to_string().contains("TMA store that may still read"),
+        "{err}"
+    );
+    // The first element the store reads, written again (as it was) right after the store.
+    let mut overwritten = program.clone();
+    let mut written = None;
+    for inst in &top[barrier - 3..barrier - 1] {
+        if let Op::StoreVector { ptr, values, pred } = &inst.op {
+            written = Some((*ptr, values.clone(), *pred));
+        }
+    }
+    let (ptr, values, pred) = written.expect("the tile's last write before the barrier");
+    let last_store = top
+        .iter()
+        .rposition(|i| matches!(i.op, Op::TmaStore { .. }))
+        .unwrap();
+    overwritten.body.insts.insert(
+        last_store + 1,
+        Inst {
+            results: Vec::new(),
+            op: Op::StoreVector { ptr, values, pred },
+            loc: None,
+        },
+    );
+    let err = emulated(&overwritten).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("while a TMA store of thread 0 may still read it"),
+        "{err}"
+    );
+
+    let (program, emulated) = two_warpgroup_gemm();
+    let bands = |op: &Op| matches!(op, Op::NamedBarrier { threads: 128, .. });
+    let mut stores = 0;
+    edit_ops(&mut program.clone().body, &mut |op| {
+        stores += usize::from(matches!(op, Op::TmaStore { .. }));
+    });
+    assert_eq!(
+        stores, 2,
+        "two slabs, each warpgroup's band by its own lane\n{program}"
+    );
+    let mut unordered = program.clone();
+    drop_insts(&mut unordered.body, &bands);
+    assert_ne!(
+        unordered, program,
+        "no barrier of one warpgroup before the stores"
+    );
+    let err = emulated(&unordered).unwrap_err();
+    assert!(
+        err.to_string().contains("read without a barrier between"),
+        "{err}"
+    );
+}
+
 /// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
 /// without the arrivals the copier waits forever, and without its wait the copy races the
 /// other warpgroup's reads (the GEMM of two warpgroups, its K loop on three stages).
@@ -754,11 +854,19 @@ fn the_emulator_finds_empty_barriers_misused() {
 #[test]
 fn the_emulator_finds_turns_misused() {
     use kiln_codegen::thread::{Block, Inst, Op};
+    // A turn counts two warpgroups (the GEMM's TMA store meets one on a barrier of its own).
+    const TURN: u32 = 256;
     let (program, emulated) = two_warpgroup_gemm();
     emulated(&program).unwrap();
     let mut turns = Vec::new();
     edit_ops(&mut program.clone().body, &mut |op| {
-        if let Op::NamedBarrier { wait, pred, .. } = op {
+        if let Op::NamedBarrier {
+            wait,
+            pred,
+            threads: TURN,
+            ..
+        } = op
+        {
             turns.push((*wait, pred.is_some()));
         }
     });
@@ -810,7 +918,7 @@ fn the_emulator_finds_turns_misused() {
             id,
             wait: true,
             pred: None,
-            ..
+            threads: TURN,
         } = op
         {
             own = Some(*id);
@@ -822,7 +930,7 @@ fn the_emulator_finds_turns_misused() {
             id,
             wait: false,
             pred: None,
-            ..
+            threads: TURN,
         } = op
         {
             *id = own.expect("a turn taken");
@@ -838,6 +946,7 @@ fn the_emulator_finds_turns_misused() {
                 Op::NamedBarrier {
                     wait: true,
                     pred: None,
+                    threads: TURN,
                     ..
                 }
             )
@@ -1078,7 +1187,8 @@ fn skeleton(thread: &str) -> String {
 
 /// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
 /// or with TMA where they run on `wgmma` (every kernel describes its streamed tensors whole),
-/// and the tiles they load and store outside the loops move 16 bytes per vector.
+/// and the tiles they load and store outside the loops move 16 bytes per vector; on `wgmma` the
+/// forward's O and dQ are stored by TMA.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
@@ -1094,6 +1204,11 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                 };
                 assert!(ptx.contains(copy), "{}: no {copy}", case.name);
                 assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
+                // On `wgmma` the forward's O and dQ go out by TMA; dK and dV from registers.
+                let stores = ptx.contains("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group")
+                    && ptx.contains("cp.async.bulk.wait_group.read 0");
+                let by_tma = case.wgmma && name != "attention_bwd_dkdv";
+                assert_eq!(stores, by_tma, "{}: TMA stores", case.name);
             }
         }
     }

@@ -9,7 +9,7 @@ use kiln_dsl::TensorMapParams;
 use super::EmulationError;
 use super::memory::{Global, Shared};
 use super::replay::{Event, Log};
-use super::tma::Mbarriers;
+use super::tma::{self, Mbarriers};
 use crate::layout::THREADS_PER_WARP;
 use crate::layout::mma::{
     ACC_REGS_PER_MMA, K_WIDTH, MMA_K, MMA_M, MMA_N, a_fragment, a_fragment_inverse, acc_fragment,
@@ -79,6 +79,16 @@ pub(super) fn run_block(
             thread: None,
         });
     }
+    if let Some(thread) = state.shared.store_reading() {
+        return Err(EmulationError {
+            message: "the kernel ends with a TMA store that may still read shared memory \
+                      (no cp.async.bulk.wait_group.read after it)"
+                .to_string(),
+            loc: None,
+            block: ctaid,
+            thread: Some(thread),
+        });
+    }
     if state.shared.async_pending() {
         return Err(EmulationError {
             message: "the kernel ends with wgmma groups never waited for".to_string(),
@@ -89,6 +99,9 @@ pub(super) fn run_block(
     }
     Ok(())
 }
+
+/// A lane that issues a TMA copy, and the copy's coordinates (innermost first).
+type TmaLane = (usize, Vec<i64>);
 
 /// A `cp.async` in flight: where its bytes land, and what it read.
 #[derive(Clone, Debug)]
@@ -163,7 +176,7 @@ fn flush(x: f32) -> f32 {
     }
 }
 
-impl BlockState<'_, '_> {
+impl<'a> BlockState<'a, '_> {
     fn error(&self, inst: &Inst, thread: Option<usize>, message: String) -> EmulationError {
         EmulationError {
             message: format!("`{}`: {message}", inst_name(&inst.op)),
@@ -281,8 +294,17 @@ impl BlockState<'_, '_> {
                 wait,
                 pred,
             } => {
+                // By barrier: the threads that meet at it here, and those that wait.
+                let mut met: std::collections::BTreeMap<u64, (Vec<u32>, Vec<u32>)> =
+                    Default::default();
                 for lane in self.issuing_lanes(inst, *pred, &[*id])? {
                     let id = self.get(*id, lane);
+                    let warp_end = (lane + THREADS_PER_WARP as usize).min(self.threads);
+                    let (arriving, waiting) = met.entry(id).or_default();
+                    arriving.extend((lane..warp_end).map(|t| t as u32));
+                    if *wait {
+                        waiting.extend((lane..warp_end).map(|t| t as u32));
+                    }
                     if !(1..16).contains(&id) {
                         let message = format!("named barrier {id} (barriers 1 to 15 are named)");
                         return Err(self.error(inst, Some(lane), message));
@@ -300,6 +322,17 @@ impl BlockState<'_, '_> {
                         lane / THREADS_PER_WARP as usize,
                         Event::Named { id, threads, wait },
                     );
+                }
+                // Where all its threads meet at this instruction, the barrier orders what each
+                // did before it before what the waiting ones do next (an arrival elsewhere
+                // orders nothing here: the turns order no memory).
+                for (arriving, waiting) in met.values() {
+                    if arriving.len() == *threads as usize {
+                        let time = self.shared.tick();
+                        let arrivals: Vec<(u32, u64)> =
+                            arriving.iter().map(|&t| (t, time)).collect();
+                        self.shared.acquire(waiting, &arrivals);
+                    }
                 }
                 Ok(())
             }
@@ -480,17 +513,8 @@ impl BlockState<'_, '_> {
                 bar,
                 warps,
             } => {
-                let Some(params) = self.maps.get(*map) else {
-                    let message = format!("no tensor map {map}");
-                    return Err(self.error(inst, None, message));
-                };
-                let mut operands = vec![*dst, *bar];
-                operands.extend(coords);
-                for t in self.issuing_lanes(inst, Some(*warps), &operands)? {
-                    let at: Vec<i64> = coords
-                        .iter()
-                        .map(|&c| signed(self.get(c, t), Type::I32))
-                        .collect();
+                let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*dst, *bar], coords)?;
+                for (t, at) in lanes {
                     let (dst, bar) = (self.get(*dst, t), self.get(*bar, t));
                     let copied = self.mbarriers.copy(
                         &mut self.shared,
@@ -502,6 +526,27 @@ impl BlockState<'_, '_> {
                         t as u32,
                     );
                     copied.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::TmaStore {
+                src,
+                map,
+                coords,
+                warps,
+            } => {
+                let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*src], coords)?;
+                for (t, at) in lanes {
+                    let src = self.get(*src, t);
+                    let stored =
+                        tma::store(&mut self.shared, self.global, params, src, &at, t as u32);
+                    stored.map_err(|m| self.error(inst, Some(t), m))?;
+                }
+                Ok(())
+            }
+            Op::BulkWaitRead => {
+                for t in 0..self.threads {
+                    self.shared.wait_store_reads(t as u32);
                 }
                 Ok(())
             }
@@ -542,8 +587,14 @@ impl BlockState<'_, '_> {
             }
             Op::Ldmatrix { ptr, count, trans } => self.ldmatrix(inst, *ptr, *count, *trans),
             Op::Mma { a, b, c } => self.mma(inst, a, b, c),
-            // Shared memory written before a barrier is the same to every proxy here.
-            Op::FenceProxyAsync => Ok(()),
+            // Shared memory written before a barrier is the same to every proxy here, but for
+            // TMA stores, which read only what their writers fenced.
+            Op::FenceProxyAsync => {
+                for t in 0..self.threads {
+                    self.shared.fence_async(t as u32);
+                }
+                Ok(())
+            }
             Op::WgmmaCommit => {
                 self.shared.commit_async();
                 Ok(())
@@ -815,6 +866,31 @@ impl BlockState<'_, '_> {
         Ok(lanes)
     }
 
+    /// The tensor map `map` of a TMA copy and, for each warp where `warps` holds, its issuing
+    /// lane and the copy's coordinates (`shared` and `coords` the same across the warp).
+    fn tma_lanes(
+        &self,
+        inst: &Inst,
+        map: usize,
+        warps: Reg,
+        shared: &[Reg],
+        coords: &[Reg],
+    ) -> Result<(&'a TensorMapParams, Vec<TmaLane>)> {
+        let Some(params) = self.maps.get(map) else {
+            let message = format!("no tensor map {map}");
+            return Err(self.error(inst, None, message));
+        };
+        let operands: Vec<Reg> = shared.iter().chain(coords).copied().collect();
+        let lanes = self.issuing_lanes(inst, Some(warps), &operands)?;
+        let at = |t: usize| -> Vec<i64> {
+            coords
+                .iter()
+                .map(|&c| signed(self.get(c, t), Type::I32))
+                .collect()
+        };
+        Ok((params, lanes.into_iter().map(|t| (t, at(t))).collect()))
+    }
+
     /// Logs `event` for warp `warp`, where the block keeps a log.
     fn log(&mut self, warp: usize, event: Event) {
         if let Some(log) = &mut self.log {
@@ -954,6 +1030,8 @@ impl BlockState<'_, '_> {
             | Op::MbarrierWait { .. }
             | Op::MbarrierInval { .. }
             | Op::TmaLoad { .. }
+            | Op::TmaStore { .. }
+            | Op::BulkWaitRead
             | Op::Load { .. }
             | Op::Ldmatrix { .. }
             | Op::Mma { .. }
@@ -1052,7 +1130,8 @@ fn inst_name(op: &Op) -> &'static str {
         Op::MbarrierArriveExpectTx { .. } => "mbarrier.arrive.expect_tx",
         Op::MbarrierWait { .. } => "mbarrier.try_wait.parity",
         Op::MbarrierInval { .. } => "mbarrier.inval",
-        Op::TmaLoad { .. } => "cp.async.bulk.tensor",
+        Op::TmaLoad { .. } | Op::TmaStore { .. } => "cp.async.bulk.tensor",
+        Op::BulkWaitRead => "cp.async.bulk.wait_group.read",
         Op::Store { .. } | Op::StoreVector { .. } => "st",
         Op::AtomicAdd { .. } => "red.global.add.f32",
         Op::Shuffle { .. } => "shfl.sync",

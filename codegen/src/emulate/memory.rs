@@ -161,6 +161,12 @@ pub(super) struct Shared {
     phase: u32,
     /// Per byte, the last `wgmma` group (1-based) that reads it; 0 for none.
     async_reads: Vec<u32>,
+    /// Per byte, the thread whose TMA store may still read it (until that thread's
+    /// `cp.async.bulk.wait_group.read`).
+    store_reads: Vec<Option<u32>>,
+    /// Per thread, the time of its last `fence.proxy.async`: a TMA store reads only what its
+    /// writer wrote before fencing.
+    fenced: Vec<u64>,
     /// The group `wgmma`s join now: the groups before it are committed.
     open_group: u32,
     /// Every group up to this one is complete.
@@ -188,6 +194,8 @@ impl Shared {
             in_flight: vec![false; size as usize],
             phase: 0,
             async_reads: vec![0; size as usize],
+            store_reads: vec![None; size as usize],
+            fenced: vec![0; threads as usize],
             open_group: 1,
             retired_group: 0,
         }
@@ -220,15 +228,67 @@ impl Shared {
     }
 
     fn check_not_read_async(&self, range: std::ops::Range<usize>) -> Result<(), String> {
-        match range
-            .into_iter()
+        if let Some(at) = range
+            .clone()
             .find(|&at| self.async_reads[at] > self.retired_group)
         {
-            Some(at) => Err(format!(
+            return Err(format!(
                 "race: shared byte {at} written while a wgmma may still read it (before its wait_group)"
+            ));
+        }
+        match range.into_iter().find(|&at| self.store_reads[at].is_some()) {
+            Some(at) => Err(format!(
+                "race: shared byte {at} written while a TMA store of thread {} may still read it \
+                 (before its cp.async.bulk.wait_group.read)",
+                self.store_reads[at].unwrap_or_default()
             )),
             None => Ok(()),
         }
+    }
+
+    /// A TMA store's read of `len` bytes at `offset` by `thread`: a read now, as far as races
+    /// go, whose bytes nobody may write until the thread's [`Self::wait_store_reads`].
+    pub fn read_for_store(
+        &mut self,
+        offset: u64,
+        len: usize,
+        thread: u32,
+    ) -> Result<Vec<u8>, String> {
+        let mut bytes = Vec::with_capacity(len);
+        for at in offset..offset + len as u64 {
+            let write = self.writes[at as usize];
+            let fenced = self.fenced.get(write.thread as usize);
+            if write.touched && fenced.is_some_and(|&f| f < write.time) {
+                return Err(format!(
+                    "shared byte {at} written by thread {} without a fence.proxy.async before a \
+                     TMA store reads it",
+                    write.thread
+                ));
+            }
+            bytes.push(self.read(at, Type::I8, thread)? as u8);
+            self.store_reads[at as usize] = Some(thread);
+        }
+        Ok(bytes)
+    }
+
+    /// `fence.proxy.async` in `thread`: what it wrote so far is visible to the async proxy.
+    pub fn fence_async(&mut self, thread: u32) {
+        let time = self.tick();
+        self.fenced[thread as usize] = time;
+    }
+
+    /// `cp.async.bulk.wait_group.read 0` in `thread`: its TMA stores have read their bytes.
+    pub fn wait_store_reads(&mut self, thread: u32) {
+        for reader in &mut self.store_reads {
+            if *reader == Some(thread) {
+                *reader = None;
+            }
+        }
+    }
+
+    /// A thread whose TMA store may still read shared memory.
+    pub fn store_reading(&self) -> Option<u32> {
+        self.store_reads.iter().find_map(|&r| r)
     }
 
     /// A barrier: what was written before it may be read by anyone after it.

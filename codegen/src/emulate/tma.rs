@@ -5,7 +5,10 @@
 //! can complete is a deadlock on the GPU and an error here. A wait also orders, for the race
 //! checks, what each arriving thread did before it arrived (and the copies' landing) before
 //! what the waiting thread does next: a pipeline buffer's `empty` barrier, which every thread
-//! arrives on once done reading it, is what lets warp 0 copy into it again.
+//! arrives on once done reading it, is what lets warp 0 copy into it again. A TMA store reads
+//! its shared box when it is issued (a read by the issuing thread: the writers must have met it
+//! at a barrier) and writes the array at once; nobody may write those bytes again before the
+//! issuer's `cp.async.bulk.wait_group.read`, nor may the block end before it.
 //!
 //! The swizzle is TMA's own (CUDA's `CU_TENSOR_MAP_SWIZZLE_{32,64,128}B`, on shared byte
 //! addresses: the 16-byte chunk index within each span XORed with the span's row bits), not
@@ -18,7 +21,7 @@ use kiln_dsl::{DType, TensorMapParams};
 use super::memory::{ASYNC_COPY, Global, Shared};
 use crate::thread::Type;
 
-/// Shared memory's alignment for a TMA destination.
+/// Shared memory's alignment for a TMA destination or source.
 const DST_ALIGN: u64 = 128;
 
 /// One `mbarrier` object: its arrival count and the state of its current phase.
@@ -155,56 +158,15 @@ impl Mbarriers {
         bar: u64,
         thread: u32,
     ) -> Result<(), String> {
-        if !dst.is_multiple_of(DST_ALIGN) {
-            return Err(format!(
-                "TMA copy to shared byte {dst}, not {DST_ALIGN}-byte aligned"
-            ));
-        }
-        if coords.len() != map.dims.len() {
-            return Err(format!(
-                "TMA copy with {} coordinates through a rank-{} tensor map",
-                coords.len(),
-                map.dims.len()
-            ));
-        }
-        let ty = match map.dtype {
-            DType::F16 => Type::F16,
-            DType::BF16 => Type::BF16,
-            other => return Err(format!("TMA copy of {other}, which kiln never emits")),
-        };
-        let elem = ty.bytes() as u64;
-        let inner = map.box_dims[0] as u64 * elem;
-        if inner != map.swizzle_bytes as u64 {
-            return Err(format!(
-                "TMA box rows of {inner} bytes with a {}-byte swizzle",
-                map.swizzle_bytes
-            ));
-        }
-        let elements: u64 = map.box_dims.iter().map(|&b| b as u64).product();
-        let mut bytes = vec![0u8; (elements * elem) as usize];
-        for e in 0..elements {
-            // The box element's coordinates, innermost first.
-            let mut rest = e;
-            let mut address = map.address as i64;
-            let mut inside = true;
-            for (d, &size) in map.box_dims.iter().enumerate() {
-                let at = coords[d] + (rest % size as u64) as i64;
-                rest /= size as u64;
-                inside &= (0..map.dims[d] as i64).contains(&at);
-                let stride = if d == 0 {
-                    elem
-                } else {
-                    map.byte_strides[d - 1]
-                };
-                address += at * stride as i64;
-            }
-            if !inside {
-                continue;
-            }
-            let bits = global.read(address as u64, ty)?;
-            let linear = dst + e * elem;
-            let at = (swizzled(linear, map.swizzle_bytes) - dst) as usize;
-            bytes[at..at + elem as usize].copy_from_slice(&bits.to_le_bytes()[..elem as usize]);
+        let (ty, boxed) = box_elements(map, dst, coords, "copy to")?;
+        let elem = ty.bytes() as usize;
+        let mut bytes = vec![0u8; boxed.len() * elem];
+        for (at, address) in boxed.into_iter().enumerate() {
+            // Outside the array: zeros.
+            let Some(address) = address else { continue };
+            let bits = global.read(address, ty)?;
+            let at = (swizzled(dst + (at * elem) as u64, map.swizzle_bytes) - dst) as usize;
+            bytes[at..at + elem].copy_from_slice(&bits.to_le_bytes()[..elem]);
         }
         for chunk in (0..bytes.len()).step_by(16) {
             shared.start_copy(dst + chunk as u64, 16, thread)?;
@@ -251,6 +213,88 @@ impl Mbarriers {
             .find(|(_, b)| !b.copies.is_empty())
             .map(|(&bar, _)| bar)
     }
+}
+
+/// A TMA store of shared `src` through `map` at `coords` (innermost first) by `thread`: it
+/// reads `src` now (a read by the thread, which the writers must have met at a barrier), and
+/// its bytes stay read until the thread's `cp.async.bulk.wait_group.read`; what lies outside
+/// the array is not written.
+pub(super) fn store(
+    shared: &mut Shared,
+    global: &Global<'_>,
+    map: &TensorMapParams,
+    src: u64,
+    coords: &[i64],
+    thread: u32,
+) -> Result<(), String> {
+    let (ty, boxed) = box_elements(map, src, coords, "store from")?;
+    let elem = ty.bytes() as usize;
+    let bytes = shared.read_for_store(src, boxed.len() * elem, thread)?;
+    for (at, address) in boxed.into_iter().enumerate() {
+        let Some(address) = address else { continue };
+        let at = (swizzled(src + (at * elem) as u64, map.swizzle_bytes) - src) as usize;
+        let mut bits = [0u8; 8];
+        bits[..elem].copy_from_slice(&bytes[at..at + elem]);
+        global.write(address, ty, u64::from_le_bytes(bits))?;
+    }
+    Ok(())
+}
+
+/// The element type of a TMA transfer between shared byte `shared` and the box of `map` at
+/// `coords`, and each box element's global address, innermost first (`None` outside the
+/// array), once the transfer is checked to be one kiln emits (`what`: "copy to", "store from").
+fn box_elements(
+    map: &TensorMapParams,
+    shared: u64,
+    coords: &[i64],
+    what: &str,
+) -> Result<(Type, Vec<Option<u64>>), String> {
+    if !shared.is_multiple_of(DST_ALIGN) {
+        return Err(format!(
+            "TMA {what} shared byte {shared}, not {DST_ALIGN}-byte aligned"
+        ));
+    }
+    if coords.len() != map.dims.len() {
+        return Err(format!(
+            "TMA {what} shared memory with {} coordinates through a rank-{} tensor map",
+            coords.len(),
+            map.dims.len()
+        ));
+    }
+    let ty = match map.dtype {
+        DType::F16 => Type::F16,
+        DType::BF16 => Type::BF16,
+        other => return Err(format!("TMA transfer of {other}, which kiln never emits")),
+    };
+    let elem = ty.bytes() as u64;
+    let inner = map.box_dims[0] as u64 * elem;
+    if inner != map.swizzle_bytes as u64 {
+        return Err(format!(
+            "TMA box rows of {inner} bytes with a {}-byte swizzle",
+            map.swizzle_bytes
+        ));
+    }
+    let elements: u64 = map.box_dims.iter().map(|&b| b as u64).product();
+    let boxed = (0..elements)
+        .map(|e| {
+            let mut rest = e;
+            let mut address = map.address as i64;
+            let mut inside = true;
+            for (d, &size) in map.box_dims.iter().enumerate() {
+                let at = coords[d] + (rest % size as u64) as i64;
+                rest /= size as u64;
+                inside &= (0..map.dims[d] as i64).contains(&at);
+                let stride = if d == 0 {
+                    elem
+                } else {
+                    map.byte_strides[d - 1]
+                };
+                address += at * stride as i64;
+            }
+            inside.then_some(address as u64)
+        })
+        .collect();
+    Ok((ty, boxed))
 }
 
 /// TMA's swizzle of a shared byte address: bits `[4, 4 + log2(span / 16))` XOR the bits

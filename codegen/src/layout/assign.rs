@@ -30,6 +30,7 @@ use super::divisibility::Divisibility;
 use super::mma::{K_WIDTH, MmaV2, Operand};
 use super::pipeline::{self, PipelinedLoad, PipelinedLoop};
 use super::swizzle::SwizzledShared;
+use super::tma_store::{self, TmaStore};
 use super::wgmma::MAX_N;
 use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, MmaVersion, SharedLayout};
 use crate::{CodegenError, CompileOptions, Stage};
@@ -70,7 +71,10 @@ pub struct LayoutAssignment {
     pub(super) conversions: BTreeMap<usize, Vec<Conversion>>,
     /// The pipelined loops ([`super::pipeline`]), by the pre-order index of their `for`.
     pub(super) pipelines: BTreeMap<usize, PipelinedLoop>,
-    /// The tensor maps pipelined TMA loads copy through, in the order of the kernel's hidden
+    /// The stores TMA copies out of shared memory ([`super::tma_store`]), by the pre-order
+    /// index of their `store_block`.
+    pub(super) tma_stores: BTreeMap<usize, TmaStore>,
+    /// The tensor maps TMA loads and stores copy through, in the order of the kernel's hidden
     /// parameters.
     pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
     /// What is known to divide scalars and block pointers: it decides vector widths.
@@ -111,6 +115,27 @@ impl LayoutAssignment {
     /// Every pipelined loop, by the pre-order index of its `for`.
     pub fn pipelines(&self) -> impl Iterator<Item = (usize, &PipelinedLoop)> {
         self.pipelines.iter().map(|(&i, p)| (i, p))
+    }
+
+    /// The TMA store of the `store_block` at `inst_index`, if it is one.
+    pub fn tma_store_at(&self, inst_index: usize) -> Option<&TmaStore> {
+        self.tma_stores.get(&inst_index)
+    }
+
+    /// Every TMA store, in instruction order.
+    pub fn tma_stores(&self) -> impl Iterator<Item = &TmaStore> {
+        self.tma_stores.values()
+    }
+
+    /// The index of tensor map `spec`, added if no TMA load or store uses it yet.
+    pub(super) fn tensor_map(&mut self, spec: kiln_dsl::TensorMapSpec) -> usize {
+        match self.tensor_maps.iter().position(|m| *m == spec) {
+            Some(i) => i,
+            None => {
+                self.tensor_maps.push(spec);
+                self.tensor_maps.len() - 1
+            }
+        }
     }
 
     /// How operand `value` of the `dot` at `inst_index` reaches its registers.
@@ -666,12 +691,14 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         layouts,
         conversions,
         pipelines: BTreeMap::new(),
+        tma_stores: BTreeMap::new(),
         tensor_maps: Vec::new(),
         divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,
     };
     let divisibility = assignment.divisibility.clone();
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
+    tma_store::apply(kernel, &divisibility, &mut assignment);
     Ok(assignment)
 }
 

@@ -26,6 +26,7 @@ pub mod mma;
 pub mod pipeline;
 pub mod swizzle;
 mod text;
+pub mod tma_store;
 pub mod wgmma;
 
 use std::fmt;
@@ -34,6 +35,7 @@ pub(crate) use assign::nested_regions;
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
 pub use divisibility::Divisibility;
 pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop, TmaLoad};
+pub use tma_store::TmaStore;
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.
 pub const THREADS_PER_WARP: u32 = 32;

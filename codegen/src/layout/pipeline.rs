@@ -157,16 +157,13 @@ pub(super) fn apply(
         if assignment.uses_wgmma() {
             let views: Option<Vec<_>> = loads
                 .iter()
-                .map(|l| tma_view(kernel, divisibility, &definitions, &carriers, l))
+                .map(|l| {
+                    let view = (l.param, l.value, &l.shared);
+                    tma_view(kernel, divisibility, &definitions, &carriers, view)
+                })
                 .collect();
             for (load, (spec, leading)) in loads.iter_mut().zip(views.into_iter().flatten()) {
-                let map = match assignment.tensor_maps.iter().position(|m| *m == spec) {
-                    Some(i) => i,
-                    None => {
-                        assignment.tensor_maps.push(spec);
-                        assignment.tensor_maps.len() - 1
-                    }
-                };
+                let map = assignment.tensor_map(spec);
                 load.tma = Some(TmaLoad { map, leading });
             }
         }
@@ -193,7 +190,7 @@ pub(super) fn apply(
 
 /// The `for` that carries each loop-carried body parameter, with the parameter's position
 /// among the carried values.
-fn loop_carriers(region: &Region) -> HashMap<Value, (&Inst, usize)> {
+pub(super) fn loop_carriers(region: &Region) -> HashMap<Value, (&Inst, usize)> {
     let mut out = HashMap::new();
     for inst in &region.insts {
         if let Op::For { body, .. } = &inst.op {
@@ -259,18 +256,19 @@ fn block_origin<'k>(
     }
 }
 
-/// The tensor map a pipelined load can copy through and the offsets indexing its array's
-/// leading dimensions, if it can (see the module doc).
-fn tma_view(
+/// The tensor map TMA can move the tile `value` through, between the block pointer `ptr` and a
+/// shared tile of layout `shared`, and the offsets indexing its array's leading dimensions, if
+/// it can (see the module doc).
+pub(super) fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
     carriers: &HashMap<Value, (&Inst, usize)>,
-    load: &PipelinedLoad,
+    (ptr, value, shared): (Value, Value, &SharedLayout),
 ) -> Option<(TensorMapSpec, Vec<Value>)> {
     // Reached through values the loop sees, the `make_block_ptr` is in a region around the
     // loop: its leading offsets are in scope there.
-    let origin = block_origin(definitions, carriers, load.param)?;
+    let origin = block_origin(definitions, carriers, ptr)?;
     let Op::MakeBlockPtr {
         base,
         shape,
@@ -304,7 +302,7 @@ fn tma_view(
     // What TMA asks of the array, proved from what launches guarantee (and check): a 16-byte
     // aligned base and strides in multiples of 16 bytes. Otherwise a launch could be refused
     // where `cp.async` serves.
-    let elem_bytes = kernel.dtype(load.value).size_bytes();
+    let elem_bytes = kernel.dtype(value).size_bytes();
     let aligned = |v: Value, scale: u64| (divisibility.divisor(v) * scale).is_multiple_of(16);
     if !aligned(*base, 1)
         || !strides[..strides.len() - 1]
@@ -313,8 +311,8 @@ fn tma_view(
     {
         return None;
     }
-    let [rows, cols] = <[usize; 2]>::try_from(kernel.ty(load.value).shape()).ok()?;
-    let tile = load.shared.swizzled([rows, cols]);
+    let [rows, cols] = <[usize; 2]>::try_from(kernel.ty(value).shape()).ok()?;
+    let tile = shared.swizzled([rows, cols]);
     let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
     if tile.order != [1, 0] || rows > MAX_BOX {
         return None;
@@ -324,7 +322,7 @@ fn tma_view(
     let mut box_shape = vec![1; lead];
     box_shape.extend([rows as u32, slab as u32]);
     let spec = TensorMapSpec {
-        dtype: kernel.dtype(load.value),
+        dtype: kernel.dtype(value),
         base: argument(*base)?,
         shape,
         strides: map_strides,

@@ -41,6 +41,9 @@ pub const WARPS_PER_WARPGROUP: u32 = 4;
 pub const MAX_SWIZZLE_BYTES: usize = 128;
 /// The narrowest swizzle kiln uses: 16 elements of 16 bits, one instruction's K.
 pub const MIN_SWIZZLE_BYTES: usize = 32;
+/// The alignment of a shared tile `wgmma` or TMA reads: the swizzle acts on address bits up to
+/// 1024.
+pub const TILE_ALIGN: usize = 1024;
 
 /// Which dimension of an operand is contiguous in shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

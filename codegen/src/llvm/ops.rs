@@ -200,36 +200,32 @@ impl<'ctx> Translation<'_, 'ctx> {
                 bar,
                 warps,
             } => {
-                let map = self.tensor_maps.get(*map).copied().ok_or_else(|| {
-                    CodegenError::internal(Stage::Llir, format!("no tensor map {map}"))
-                })?;
-                let map = self
-                    .builder
-                    .build_ptr_to_int(map, self.context.i64_type(), "")?;
-                let mut inputs = vec![self.shared_word(*dst)?, map.into()];
-                for &c in coords {
-                    inputs.push(self.value(c)?);
-                }
+                let (mut inputs, tensor) = self.tma_operands(*dst, *map, coords)?;
                 inputs.push(self.shared_word(*bar)?);
-                let coords: Vec<String> = (2..2 + coords.len()).map(|i| format!("${i}")).collect();
-                // A branch around it that whole warps take, and one lane elected in them: ptxas
-                // then issues it once, not in a loop over the lanes that might.
-                let at = inputs.len();
-                let asm = format!(
-                    "{{\n\t.reg .pred issue;\n\t.reg .pred one;\n\t.reg .b32 lane;\n\t\
-                     setp.ne.b32 issue, ${at}, 0;\n\t\
-                     vote.sync.any.pred issue, issue, -1;\n\t\
-                     @!issue bra kiln_tma_${{:uid}};\n\t\
-                     elect.sync lane|one, -1;\n\t\
-                     @one cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
-                     [$0], [$1, {{{}}}], [${}];\n\
-                     kiln_tma_${{:uid}}:\n\t}}",
+                let copy = format!(
+                    "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
+                     [$0], {tensor}, [${}];",
                     coords.len(),
-                    coords.join(", "),
                     coords.len() + 2
                 );
-                inputs.push(self.asm_flag(*warps)?);
-                self.asm(&asm, &int_constraints(&inputs), &[], &inputs)?;
+                return self.in_one_lane_per_warp(&[copy], inputs, *warps);
+            }
+            Op::TmaStore {
+                src,
+                map,
+                coords,
+                warps,
+            } => {
+                let (inputs, tensor) = self.tma_operands(*src, *map, coords)?;
+                let copy = format!(
+                    "cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group {tensor}, [$0];",
+                    coords.len(),
+                );
+                let commit = "cp.async.bulk.commit_group;".to_string();
+                return self.in_one_lane_per_warp(&[copy, commit], inputs, *warps);
+            }
+            Op::BulkWaitRead => {
+                self.asm("cp.async.bulk.wait_group.read 0;", &[], &[], &[])?;
                 return Ok(());
             }
             Op::WgmmaWait { pending, values } => {
@@ -481,7 +477,9 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::MbarrierArrive { .. }
             | Op::MbarrierWait { .. }
             | Op::MbarrierInval { .. }
-            | Op::TmaLoad { .. } => {
+            | Op::TmaLoad { .. }
+            | Op::TmaStore { .. }
+            | Op::BulkWaitRead => {
                 return Err(CodegenError::internal(Stage::Llir, "not a value op"));
             }
         })
@@ -611,6 +609,56 @@ impl<'ctx> Translation<'_, 'ctx> {
                 .collect::<std::result::Result<_, _>>()?,
             one => vec![one],
         })
+    }
+
+    /// `statements` on `inputs` in one lane (`elect.sync`) of each warp where `warps` holds
+    /// (an i1, appended to the inputs): whole warps branch around them and one lane is elected
+    /// in each, so that ptxas issues them once, not in a loop over the lanes that might.
+    fn in_one_lane_per_warp(
+        &self,
+        statements: &[String],
+        mut inputs: Vec<BasicValueEnum<'ctx>>,
+        warps: crate::thread::Reg,
+    ) -> Result<()> {
+        let at = inputs.len();
+        let body: Vec<String> = statements.iter().map(|s| format!("@one {s}")).collect();
+        let body = body.join("\n\t");
+        let asm = format!(
+            "{{\n\t.reg .pred issue;\n\t.reg .pred one;\n\t.reg .b32 lane;\n\t\
+             setp.ne.b32 issue, ${at}, 0;\n\t\
+             vote.sync.any.pred issue, issue, -1;\n\t\
+             @!issue bra kiln_tma_${{:uid}};\n\t\
+             elect.sync lane|one, -1;\n\t\
+             {body}\n\
+             kiln_tma_${{:uid}}:\n\t}}"
+        );
+        inputs.push(self.asm_flag(warps)?);
+        self.asm(&asm, &int_constraints(&inputs), &[], &inputs)?;
+        Ok(())
+    }
+
+    /// A TMA copy's operands: the shared tile `shared` ($0), the program's tensor map `map` (a
+    /// kernel parameter, $1) and `coords`; and the tensor operand, `[$1, {$2, ...}]`.
+    fn tma_operands(
+        &self,
+        shared: crate::thread::Reg,
+        map: usize,
+        coords: &[crate::thread::Reg],
+    ) -> Result<(Vec<BasicValueEnum<'ctx>>, String)> {
+        let shared = self.shared_word(shared)?;
+        let map =
+            self.tensor_maps.get(map).copied().ok_or_else(|| {
+                CodegenError::internal(Stage::Llir, format!("no tensor map {map}"))
+            })?;
+        let map = self
+            .builder
+            .build_ptr_to_int(map, self.context.i64_type(), "")?;
+        let mut inputs = vec![shared, map.into()];
+        for &c in coords {
+            inputs.push(self.value(c)?);
+        }
+        let places: Vec<String> = (2..2 + coords.len()).map(|i| format!("${i}")).collect();
+        Ok((inputs, format!("[$1, {{{}}}]", places.join(", "))))
     }
 
     /// A shared pointer as the 32-bit address PTX's shared-memory operands take.

@@ -435,6 +435,21 @@ pub enum Op {
         bar: Reg,
         warps: Reg,
     },
+    /// `cp.async.bulk.tensor.{n}d.global.shared::cta.bulk_group` from one lane (`elect.sync`) of
+    /// each warp where `warps` holds, then `cp.async.bulk.commit_group` in that lane: copies
+    /// shared `src` (128-aligned, swizzled as the map says) to the box of the program's tensor
+    /// map `map` at `coords` (i32, innermost dimension first), writing only what lies inside the
+    /// array. The lane reads `src` until its [`Op::BulkWaitRead`]; the writers must have fenced
+    /// the async proxy and met the lane at a barrier first.
+    TmaStore {
+        src: Reg,
+        map: usize,
+        coords: Vec<Reg>,
+        warps: Reg,
+    },
+    /// `cp.async.bulk.wait_group.read 0`: this thread's bulk stores have read their shared
+    /// memory, which may then be written again or released with the block.
+    BulkWaitRead,
 }
 
 /// One k step of an [`Op::Wgmma`] chain: its A and B's descriptor.
@@ -494,8 +509,8 @@ pub struct Program {
     /// What the launch guarantees, by parameter index: the argument is a multiple of `n` (a
     /// pointer's address in bytes, an integer's value). Vector accesses rely on it.
     pub assumptions: Vec<(usize, u64)>,
-    /// The tensor maps [`Op::TmaLoad`]s copy through: hidden parameters after `params`, which
-    /// the launch encodes from its arguments.
+    /// The tensor maps [`Op::TmaLoad`]s and [`Op::TmaStore`]s copy through: hidden parameters
+    /// after `params`, which the launch encodes from its arguments.
     pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
 }
 

@@ -294,6 +294,18 @@ fn op_text(op: &Op) -> String {
             reg(*bar),
             reg(*warps)
         ),
+        Op::TmaStore {
+            src,
+            map,
+            coords,
+            warps,
+        } => format!(
+            "cp.async.bulk.tensor map{map} {{{}}}, {} by one lane of warps where {}",
+            regs(coords),
+            reg(*src),
+            reg(*warps)
+        ),
+        Op::BulkWaitRead => "cp.async.bulk.wait_group.read 0".to_string(),
     }
 }
 

@@ -14,8 +14,8 @@
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, head_rows, key_blocks, key_range, lse_log2, mask_scores,
-    query_block, row_block,
+    check_head_dim, head_base, head_rows, head_rows_from, key_blocks, key_range, lse_log2,
+    mask_scores, query_block, row_block,
 };
 
 /// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32; with `ZERO_DQ_ACCUM` (the
@@ -159,7 +159,6 @@ pub fn attention_bwd_dq<
 
     let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
     let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
-    let dq_base = head_base::<T>(dq, batch, head, dq_batch_stride, dq_head_stride);
 
     let q_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
@@ -211,8 +210,18 @@ pub fn attention_bwd_dq<
         k_block = advance(k_block, [BLOCK_N, 0]);
         v_block = advance(v_block, [BLOCK_N, 0]);
     }
-    let dq_block =
-        row_block::<T, HEAD_DIM, BLOCK_M>(dq_base, seqlen_q, dq_seq_stride, start_m * BLOCK_M);
+    let dq_block = head_rows_from::<T, HEAD_DIM, BLOCK_M>(
+        dq,
+        batches,
+        heads_q,
+        seqlen_q,
+        dq_batch_stride,
+        dq_head_stride,
+        dq_seq_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
     store(dq_block, dq_acc * softmax_scale, [0]);
 }
 
@@ -363,6 +372,8 @@ pub fn attention_bwd_dkdv<
             do_block = advance(do_block, [BLOCK_M, 0]);
         }
     }
+    // From registers: described whole (`head_rows_from`), dK and dV would go out by TMA, which
+    // made ptxas spill in the D64 loop, 10% slower (docs/PERF.md, 2026-11-26).
     let dk_base = head_base::<T>(dk, batch, head_kv, dk_batch_stride, dk_head_stride);
     let dv_base = head_base::<T>(dv, batch, head_kv, dv_batch_stride, dv_head_stride);
     let dk_block = row_block::<T, HEAD_DIM, BLOCK_N>(dk_base, seqlen_k, dk_seq_stride, first_key);

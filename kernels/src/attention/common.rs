@@ -74,6 +74,37 @@ pub fn head_rows<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
+/// [`head_rows`] from row `first_row` on: a block of one head's rows, as [`row_block`], that
+/// kiln-codegen may store with TMA.
+#[kernel_fn]
+pub fn head_rows_from<T, const HEAD_DIM: usize, const ROWS: usize>(
+    ptr: Ptr<T>,
+    batches: i32,
+    heads: i32,
+    seqlen: i32,
+    batch_stride: i64,
+    head_stride: i64,
+    seq_stride: i64,
+    batch: i32,
+    head: i32,
+    first_row: i32,
+) -> BlockPtr<T> {
+    advance(
+        head_rows::<T, HEAD_DIM, ROWS>(
+            ptr,
+            batches,
+            heads,
+            seqlen,
+            batch_stride,
+            head_stride,
+            seq_stride,
+            batch,
+            head,
+        ),
+        [first_row, 0],
+    )
+}
+
 /// The K and V blocks of the first `BLOCK_N` keys of kv head `head_kv` of batch `batch`
 /// ([`head_rows`]): what the forward and dQ stream, with TMA where they run on `wgmma`.
 #[kernel_fn]

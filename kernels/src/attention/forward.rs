@@ -19,7 +19,9 @@
 
 use kiln_dsl::{kernel, kernel_fn};
 
-use super::common::{check_head_dim, head_base, key_blocks, key_range, mask_scores, row_block};
+use super::common::{
+    check_head_dim, head_base, head_rows_from, key_blocks, key_range, mask_scores, row_block,
+};
 
 #[kernel]
 pub fn attention_fwd<
@@ -63,7 +65,6 @@ pub fn attention_fwd<
     let head_kv = head / group;
 
     let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
-    let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
 
     let q_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
@@ -177,8 +178,18 @@ pub fn attention_fwd<
     // A row that saw no key has l = 0 and acc = 0: its output is 0 and its LSE -inf.
     let seen = l_i > 0.0;
     let l_safe = where_(seen, l_i, 1.0);
-    let o_block =
-        row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
+    let o_block = head_rows_from::<T, HEAD_DIM, BLOCK_M>(
+        o,
+        batches,
+        heads_q,
+        seqlen_q,
+        o_batch_stride,
+        o_head_stride,
+        o_seq_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
     // One reciprocal a row and a multiply an element: a division each would be IEEE's, with
     // its slow path, 64 times a thread at head dim 128.
     let inv_l = 1.0 / l_safe;

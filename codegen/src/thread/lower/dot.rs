@@ -50,6 +50,18 @@ impl SharedTile {
     }
 }
 
+/// How [`Lowering::write_tile`] computes its addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Addressing {
+    /// Each access's own, from its position: what staging wants, often in a loop body (shared
+    /// addresses, loop-invariant, stay live across its iterations: the backward ran 5-10% slower
+    /// so at D128, docs/PERF.md, 2026-11-26).
+    PerAccess,
+    /// One address per thread-dependent offset, the other accesses an immediate from one of
+    /// them ([`Lowering::tile_addresses`]): a write made once, at the program's end.
+    Shared,
+}
+
 /// Accesses to staged tiles since the last barrier: a write must wait for the reads before it,
 /// a read for the writes.
 #[derive(Clone, Copy, Debug, Default)]
@@ -71,7 +83,11 @@ impl Pending {
 /// Staged tiles are aligned to 128 bytes (one pass over the 32 banks), or to 1024 where `wgmma`
 /// reads them: its swizzle acts on address bits up to 1024.
 pub(super) fn tile_align(layouts: &LayoutAssignment) -> u32 {
-    if layouts.uses_wgmma() { 1024 } else { 128 }
+    if layouts.uses_wgmma() {
+        crate::layout::wgmma::TILE_ALIGN as u32
+    } else {
+        128
+    }
 }
 
 fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
@@ -87,7 +103,8 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 
 /// Where staged tiles go in shared memory: every staged tile from 0, each at its own place;
 /// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
-/// it, so that sibling loops reuse the same bytes; from `barriers`, TMA loops' `mbarrier`s,
+/// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
+/// bytes again, one after the other); from `barriers`, TMA loops' `mbarrier`s,
 /// stacked alike; the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
@@ -112,6 +129,12 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
+        // TMA stores go where the loops' buffers were, which have drained by then.
+        let stores: u32 = layouts
+            .tma_stores()
+            .map(|s| aligned_tile_bytes(kernel, layouts, s.value))
+            .sum();
+        let buffers = buffers.max(stores);
         let end = if barriers == 0 {
             staged + buffers
         } else {
@@ -237,31 +260,64 @@ impl Lowering<'_> {
         if self.pending.reads {
             self.barrier();
         }
-        let run = vector_run(&map, &tile.layout);
-        let positions = self.positions(&map);
+        self.write_tile(&map, &regs, &tile, Addressing::PerAccess);
+        self.pending.writes = true;
+        self.shared_tiles.insert(value, tile);
+        Ok(())
+    }
+
+    /// Writes `regs`, a tile in the layout `map` describes, into the shared `tile`: as vectors
+    /// where the registers run along the tile's contiguous dimension, each element by its owner.
+    pub(super) fn write_tile(
+        &mut self,
+        map: &ThreadMap,
+        regs: &[Reg],
+        tile: &SharedTile,
+        addressing: Addressing,
+    ) {
+        let run = vector_run(map, &tile.layout);
+        // Each access: its first register and how many it writes.
+        let mut accesses = Vec::new();
         let mut i = 0;
         while i < regs.len() {
-            let index = self.swizzled_index(&tile.layout, &positions[i].coords);
-            let slot = self.tile_slot(&tile, index);
-            if run > 1 && map.registers[i][tile.layout.order[0]] % run == 0 {
+            let len = if run > 1 && map.registers[i][tile.layout.order[0]].is_multiple_of(run) {
+                run
+            } else {
+                1
+            };
+            accesses.push((i, len));
+            i += len;
+        }
+        let positions = self.positions(map);
+        let slots = match addressing {
+            Addressing::PerAccess => accesses
+                .iter()
+                .map(|&(i, _)| {
+                    let index = self.swizzled_index(&tile.layout, &positions[i].coords);
+                    self.tile_slot(tile, index)
+                })
+                .collect(),
+            Addressing::Shared => {
+                let firsts: Vec<_> = accesses.iter().map(|&(i, _)| (map, i)).collect();
+                self.tile_addresses(tile, &firsts)
+            }
+        };
+        for ((i, len), slot) in accesses.into_iter().zip(slots) {
+            // Vectors come only from exclusive maps, whose every element has one owner.
+            if len > 1 {
                 self.emit_effect(Op::StoreVector {
                     ptr: slot,
-                    values: regs[i..i + run].to_vec(),
+                    values: regs[i..i + len].to_vec(),
                     pred: None,
                 });
-                i += run;
             } else {
                 self.emit_effect(Op::Store {
                     ptr: slot,
                     value: regs[i],
                     pred: positions[i].owner,
                 });
-                i += 1;
             }
         }
-        self.pending.writes = true;
-        self.shared_tiles.insert(value, tile);
-        Ok(())
     }
 
     /// `trans` of a staged tile: the same shared memory, seen transposed.

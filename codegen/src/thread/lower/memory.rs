@@ -1,14 +1,17 @@
 //! Pointer arithmetic, loads and stores, one register at a time, and block pointers as
 //! per-thread address arithmetic. A mask or a boundary check is the access's predicate: a lane
 //! whose predicate is false never touches memory. A store or atomic add is made only by the owner
-//! of each element (the first of the threads holding a copy; thread 0 for a scalar).
+//! of each element (the first of the threads holding a copy; thread 0 for a scalar). A store
+//! the layout stage gave to TMA goes through shared memory ([`crate::layout::tma_store`]).
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 use kiln_dsl::types::DType;
 
+use super::dot::{Addressing, SharedBase, SharedTile, aligned_tile_bytes};
+use super::turns::{FIRST_TURN, WARPGROUP_THREADS};
 use super::{Lowering, Result, memory_type, unsupported};
-use crate::layout::ThreadMap;
-use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Type};
+use crate::layout::{THREADS_PER_WARP, ThreadMap, TmaStore};
+use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// The most one thread moves in one vector access: `ld.global.v4.b32`.
 const VECTOR_BYTES: usize = 16;
@@ -362,6 +365,120 @@ impl Lowering<'_> {
             }
         }
         Ok(regs)
+    }
+
+    /// A block store by TMA: every thread writes its elements into a swizzled shared tile where
+    /// the drained loops' buffers were, the block meets at a barrier (after fencing the async
+    /// proxy), and one lane of warp 0 copies the tile out by slabs of the map's box, which
+    /// leaves out what lies outside the array. Where the tile is stored in bands, each
+    /// warpgroup does so for its own rows, meeting only its warps (on a named barrier after
+    /// the turns' ones). The issuing lanes wait for the copies to have read shared memory at
+    /// the program's end ([`Op::BulkWaitRead`]).
+    pub(super) fn store_block_by_tma(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        store: &TmaStore,
+    ) -> Result<()> {
+        let shape = self.shape(store.value);
+        let [rows, cols] = <[usize; 2]>::try_from(shape.as_slice())
+            .map_err(|_| unsupported(inst, "expected a 2-D tile to store by TMA"))?;
+        let regs = self.regs(store.value)?;
+        let map = self
+            .value_map(inst, store.value)?
+            .ok_or_else(|| unsupported(inst, "expected a tile to store by TMA"))?;
+        let start = self.next_buffer + self.tma_store_bytes;
+        self.tma_store_bytes += aligned_tile_bytes(self.kernel, self.layouts, store.value);
+        let tile = SharedTile {
+            base: SharedBase::Fixed(start),
+            layout: store.shared.swizzled([rows, cols]),
+            elem: memory_type(self.dtype(store.value)),
+        };
+        // The TMA loops before it ended at a barrier; anything staged since may still be read.
+        if self.pending.reads || self.pending.writes {
+            self.barrier();
+        }
+        self.write_tile(&map, &regs, &tile, Addressing::Shared);
+        let band_rows = rows / store.bands;
+        let slab = self.layouts.tensor_maps[store.map]
+            .box_shape
+            .last()
+            .map_or(cols, |&elems| elems as usize);
+        let elem_bytes = tile.elem.bytes() as usize;
+        // The first warp of each band's warpgroup issues its copies, once the warpgroup's
+        // writes are fenced and met (the whole block's where one band is all rows).
+        let (band, warps) = if store.bands == 1 {
+            self.barrier();
+            let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+            (None, self.icmp(IntCmp::Ult, self.tid, warp_size))
+        } else {
+            let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
+            let warpgroup = self.int(IntOp::LShr, self.tid, shift);
+            let free = self.i32_const(FIRST_TURN + store.bands as i64);
+            let id = self.int(IntOp::Add, warpgroup, free);
+            self.emit_effect(Op::FenceProxyAsync);
+            self.emit_effect(Op::NamedBarrier {
+                id,
+                threads: WARPGROUP_THREADS,
+                wait: true,
+                pred: None,
+            });
+            let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
+            let in_group = self.int(IntOp::And, self.tid, mask);
+            let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+            (Some(warpgroup), self.icmp(IntCmp::Ult, in_group, warp_size))
+        };
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let narrow = |this: &mut Self, r: Reg| match this.ty(r) {
+            Type::I32 => r,
+            _ => this.emit(Op::Cast(Cast::Trunc, r), Type::I32),
+        };
+        let mut row = narrow(self, block.offsets[0]);
+        let col = narrow(self, block.offsets[1]);
+        let mut lead = Vec::new();
+        for &v in store.leading.iter().rev() {
+            let r = self.reg(v)?;
+            lead.push(narrow(self, r));
+        }
+        // A band's rows of a slab are contiguous: a slab holds every row, a row one span.
+        let mut band_start = None;
+        if let Some(warpgroup) = band {
+            let rows = self.i32_const(band_rows as i64);
+            let first_row = self.int(IntOp::Mul, warpgroup, rows);
+            row = self.int(IntOp::Add, row, first_row);
+            let bytes = self.i32_const((band_rows * slab * elem_bytes) as i64);
+            band_start = Some(self.int(IntOp::Mul, warpgroup, bytes));
+        }
+        // A copy moves one box: a band's rows of one swizzle span each.
+        let slab_bytes = rows * slab * elem_bytes;
+        for s in 0..cols / slab {
+            let mut src = self.emit(
+                Op::SharedAddress {
+                    offset: start + (s * slab_bytes) as u32,
+                },
+                Type::Ptr(Space::Shared),
+            );
+            if let Some(offset) = band_start {
+                src = self.emit(
+                    Op::PtrAdd {
+                        ptr: src,
+                        offset,
+                        elem: Type::I8,
+                    },
+                    Type::Ptr(Space::Shared),
+                );
+            }
+            let first_col = self.i32_const((s * slab) as i64);
+            let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
+            coords.extend(&lead);
+            self.emit_effect(Op::TmaStore {
+                src,
+                map: store.map,
+                coords,
+                warps,
+            });
+        }
+        Ok(())
     }
 
     /// A block store, or with `accumulate` a block atomic add (vectors of at most the target's

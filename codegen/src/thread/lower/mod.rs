@@ -74,6 +74,7 @@ pub fn lower(
         next_staged: 0,
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
+        tma_store_bytes: 0,
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
@@ -99,6 +100,10 @@ pub fn lower(
     }
     lowering.tid = lowering.emit_prelude(Op::Special(Special::Tid), Type::I32);
     lowering.region(&kernel.body)?;
+    if lowering.tma_store_bytes > 0 {
+        // The lanes that issued TMA stores keep the block until the copies have read their tiles.
+        lowering.emit_effect(Op::BulkWaitRead);
+    }
     let mut insts = std::mem::take(&mut lowering.prelude);
     insts.extend(lowering.blocks.pop().unwrap_or_default());
     Ok(Program {
@@ -158,6 +163,8 @@ pub(super) struct Lowering<'a> {
     next_buffer: u32,
     /// Where the next TMA loop's `mbarrier`s go (they stack as the buffers do).
     next_barrier: u32,
+    /// The bytes TMA stores have taken from `next_buffer` on.
+    tma_store_bytes: u32,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
     /// Staged-tile accesses since the last barrier.
@@ -580,7 +587,10 @@ impl Lowering<'_> {
                 value,
                 boundary_check,
             } => {
-                self.store_block(inst, *ptr, *value, boundary_check, false)?;
+                match self.layouts.tma_store_at(self.current_inst) {
+                    Some(store) => self.store_block_by_tma(inst, *ptr, store)?,
+                    None => self.store_block(inst, *ptr, *value, boundary_check, false)?,
+                }
                 Ok(Vec::new())
             }
             TileOp::AtomicAddBlock {

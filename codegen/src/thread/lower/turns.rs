@@ -32,10 +32,11 @@ use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
 use crate::{CodegenError, Stage};
 
 /// Threads of a warpgroup.
-const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP;
+pub(super) const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP;
 
 /// Named barrier of warpgroup 0's turn (0 is `bar.sync 0`'s); warpgroup w's is this + w.
-const FIRST_TURN: i64 = 1;
+/// Those after the last warpgroup's are free for other uses.
+pub(super) const FIRST_TURN: i64 = 1;
 
 /// One pipelined loop's turns while its body is lowered.
 pub(super) struct Turns {

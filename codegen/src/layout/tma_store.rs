@@ -1,0 +1,159 @@
+//! TMA stores: which `store_block`s write their tile out of shared memory with the Tensor
+//! Memory Accelerator rather than from registers.
+//!
+//! A store from an mma accumulator's layout writes 4 bytes a thread per instruction, each warp a
+//! scatter of 16-byte pieces over 8 rows: a 128 x 128 tile of 16-bit elements is 32 stores a
+//! thread, and where a program is short (the forward at seqlen 1k) the memory pipe's queue is
+//! what its last microseconds wait on (docs/PERF.md, 2026-11-26). FlashAttention-3 writes O
+//! through shared memory with TMA instead, and so does kiln where it can: each thread writes its
+//! elements into a swizzled shared tile (conflict-free 4-byte stores), the block meets at a
+//! barrier after fencing the async proxy, and one lane issues a `cp.async.bulk.tensor` per
+//! slab one swizzle span wide (128 bytes, or 64 or 32 for a shorter row), which clips what lies
+//! outside the array itself. The lane waits for the
+//! copies to have read shared memory before the program ends. Where each warpgroup holds rows
+//! of its own (the `wgmma` accumulator), each stores them alone, meeting only its own warps at
+//! a named barrier: a warpgroup that finishes first need not wait for the others.
+//!
+//! A store qualifies where `dot`s run on `wgmma` (sm_90a) and it stands in the kernel's top
+//! level after its pipelined loops, which all copy with TMA (its tile goes where their buffers
+//! were, and fits there: a TMA loop ends with every copy landed and a `bar.sync`), with no
+//! pipelined loop and no load after it (the program waits for its copies to have read shared
+//! memory, not for their writes to land); its tile is 2-D of 16-bit elements that a TMA box
+//! covers, and its array is described whole by kernel arguments, as a TMA load's must be
+//! ([`super::pipeline`]).
+
+use std::collections::BTreeMap;
+
+use kiln_dsl::ir::{Kernel, Op, Value};
+
+use super::divisibility::{Divisibility, definitions};
+use super::pipeline::{inst_count, loop_carriers, tma_view};
+use super::swizzle::SwizzledShared;
+use super::wgmma::{TILE_ALIGN, WARPS_PER_WARPGROUP};
+use super::{LayoutAssignment, SharedLayout, THREADS_PER_WARP};
+
+/// A `store_block` TMA copies out of shared memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TmaStore {
+    /// The stored tile, as it is in registers.
+    pub value: Value,
+    /// The layout of the shared tile it goes through: what the map's box and swizzle read.
+    pub shared: SharedLayout,
+    /// The tensor map it copies through (an index into the kernel's maps), and the
+    /// `make_block_ptr` offsets that index the array's leading dimensions, outermost first.
+    pub map: usize,
+    pub leading: Vec<Value>,
+    /// How many bands of rows the tile is stored in: where each warpgroup holds a band of its
+    /// own (the `wgmma` accumulator, warps along M), each stores its band as soon as it has
+    /// written it, without waiting for the others (the map's box is one band); else 1.
+    pub bands: usize,
+}
+
+/// Finds the kernel's TMA stores and records them in `assignment`, after its pipelined loops.
+pub(super) fn apply(
+    kernel: &Kernel,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+) {
+    if !assignment.uses_wgmma() {
+        return;
+    }
+    let pipelines = &assignment.pipelines;
+    if pipelines.is_empty() || !pipelines.values().all(|p| p.uses_tma()) {
+        return;
+    }
+    let bytes = |v: Value| {
+        let elems = kernel.ty(v).num_elements() * kernel.dtype(v).size_bytes();
+        elems.next_multiple_of(TILE_ALIGN)
+    };
+    // The most any loop's buffers take: the room the stores' tiles share.
+    let room = pipelines
+        .values()
+        .map(|p| p.stages as usize * p.loads.iter().map(|l| bytes(l.value)).sum::<usize>())
+        .max()
+        .unwrap_or(0);
+    let last_loop = pipelines.keys().next_back().copied();
+    let mut last_load = None;
+    let mut next = 0;
+    super::walk_insts(&kernel.body, &mut next, &mut |index, inst| {
+        if matches!(inst.op, Op::Load { .. } | Op::LoadBlock { .. }) {
+            last_load = Some(index);
+        }
+    });
+    let definitions = definitions(kernel);
+    let carriers = loop_carriers(&kernel.body);
+    let mut stores = BTreeMap::new();
+    let mut taken = 0;
+    let mut at = 0;
+    for inst in &kernel.body.insts {
+        let inst_index = at;
+        at += inst_count(inst);
+        let Op::StoreBlock { ptr, value, .. } = &inst.op else {
+            continue;
+        };
+        let after = |last: Option<usize>| last.is_some_and(|l| l > inst_index);
+        if after(last_loop) || after(last_load) || taken + bytes(*value) > room {
+            continue;
+        }
+        let elem_bytes = kernel.dtype(*value).size_bytes();
+        let Ok(shape) = <[usize; 2]>::try_from(kernel.ty(*value).shape()) else {
+            continue;
+        };
+        if elem_bytes != 2 {
+            continue;
+        }
+        let Some(tile) = SwizzledShared::for_wgmma_operand(elem_bytes, shape, [1, 0]) else {
+            continue;
+        };
+        let shared = SharedLayout::from_swizzled(&tile);
+        let view = (*ptr, *value, &shared);
+        let Some((mut spec, leading)) =
+            tma_view(kernel, divisibility, &definitions, &carriers, view)
+        else {
+            continue;
+        };
+        let bands = row_bands(assignment, *value, shape);
+        let lead = spec.box_shape.len() - 2;
+        spec.box_shape[lead] = (shape[0] / bands) as u32;
+        let map = assignment.tensor_map(spec);
+        taken += bytes(*value);
+        stores.insert(
+            inst_index,
+            TmaStore {
+                value: *value,
+                shared,
+                map,
+                leading,
+                bands,
+            },
+        );
+    }
+    assignment.tma_stores = stores;
+}
+
+/// The warpgroups of the program where each holds only rows `[w R, (w + 1) R)` of `value`, a
+/// tile of `shape` (`R`, its rows over the warpgroups, a whole number of 8-row swizzle
+/// periods); 1 where they do not, or the program has one warpgroup.
+fn row_bands(assignment: &LayoutAssignment, value: Value, shape: [usize; 2]) -> usize {
+    let groups = (assignment.num_warps / WARPS_PER_WARPGROUP) as usize;
+    let rows = shape[0] / groups.max(1);
+    if groups < 2 || !shape[0].is_multiple_of(groups) || !rows.is_multiple_of(8) {
+        return 1;
+    }
+    let Some(map) = assignment
+        .layout(value)
+        .and_then(|layout| layout.thread_map(&shape))
+    else {
+        return 1;
+    };
+    let banded = (0..assignment.num_warps).all(|warp| {
+        let band = (warp / WARPS_PER_WARPGROUP) as usize * rows;
+        (0..THREADS_PER_WARP).all(|lane| {
+            (0..map.registers.len()).all(|r| {
+                let row = map.position(warp, lane, r).coords[0];
+                (band..band + rows).contains(&row)
+            })
+        })
+    });
+    if banded { groups } else { 1 }
+}
