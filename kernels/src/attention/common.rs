@@ -148,10 +148,11 @@ pub fn key_blocks<T, const HEAD_DIM: usize, const BLOCK_N: usize>(
     (k_block, v_block)
 }
 
-/// The query block this dQ program holds. Causal, a block's work grows with its index, so
-/// programs take the last (longest) blocks first: the grid's last wave then runs the shortest
-/// ones instead of leaving most SMs idle while the longest finish (+1-5% at 16k on an H100,
-/// docs/PERF.md; the forward measured no gain from it).
+/// The query block this forward or dQ program holds. Causal, a block's work grows with its
+/// index, so programs take the last (longest) blocks first: the grid's last wave then runs the
+/// shortest ones instead of leaving most SMs idle while the longest finish (H100: dQ +1-5% at
+/// 16k; the forward, one program of 128 x 128 per SM, +8% at D128 16k and +3.5% at 4k,
+/// docs/PERF.md, 2026-11-26).
 #[kernel_fn]
 pub fn query_block<const CAUSAL: bool>() -> i32 {
     if CAUSAL {

@@ -20,7 +20,8 @@
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, head_rows_from, key_blocks, key_range, mask_scores, row_block,
+    check_head_dim, head_base, head_rows_from, key_blocks, key_range, mask_scores, query_block,
+    row_block,
 };
 
 #[kernel]
@@ -58,7 +59,7 @@ pub fn attention_fwd<
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
-    let start_m = program_id(0);
+    let start_m = query_block::<CAUSAL>();
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
