@@ -400,11 +400,6 @@ impl Lowering<'_> {
         }
         self.write_tile(&map, &regs, &tile, Addressing::Shared);
         let band_rows = rows / store.bands;
-        let slab = self.layouts.tensor_maps[store.map]
-            .box_shape
-            .last()
-            .map_or(cols, |&elems| elems as usize);
-        let elem_bytes = tile.elem.bytes() as usize;
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
         // writes are fenced and met (the whole block's where one band is all rows).
         let (band, warps) = if store.bands == 1 {
@@ -429,29 +424,20 @@ impl Lowering<'_> {
             (Some(warpgroup), self.icmp(IntCmp::Ult, in_group, warp_size))
         };
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let narrow = |this: &mut Self, r: Reg| match this.ty(r) {
-            Type::I32 => r,
-            _ => this.emit(Op::Cast(Cast::Trunc, r), Type::I32),
-        };
-        let mut row = narrow(self, block.offsets[0]);
-        let col = narrow(self, block.offsets[1]);
-        let mut lead = Vec::new();
-        for &v in store.leading.iter().rev() {
-            let r = self.reg(v)?;
-            lead.push(narrow(self, r));
-        }
-        // A band's rows of a slab are contiguous: a slab holds every row, a row one span.
-        let mut band_start = None;
-        if let Some(warpgroup) = band {
+        let first_row = band.map(|warpgroup| {
             let rows = self.i32_const(band_rows as i64);
-            let first_row = self.int(IntOp::Mul, warpgroup, rows);
-            row = self.int(IntOp::Add, row, first_row);
+            self.int(IntOp::Mul, warpgroup, rows)
+        });
+        let (slab, slabs) =
+            self.tma_slabs(&block, &store.leading, store.map, store.value, first_row)?;
+        // A band's rows of a slab are contiguous: a slab holds every row, a row one span.
+        let elem_bytes = tile.elem.bytes() as usize;
+        let band_start = band.map(|warpgroup| {
             let bytes = self.i32_const((band_rows * slab * elem_bytes) as i64);
-            band_start = Some(self.int(IntOp::Mul, warpgroup, bytes));
-        }
-        // A copy moves one box: a band's rows of one swizzle span each.
+            self.int(IntOp::Mul, warpgroup, bytes)
+        });
         let slab_bytes = rows * slab * elem_bytes;
-        for s in 0..cols / slab {
+        for (s, coords) in slabs.into_iter().enumerate() {
             let mut src = self.emit(
                 Op::SharedAddress {
                     offset: start + (s * slab_bytes) as u32,
@@ -468,9 +454,6 @@ impl Lowering<'_> {
                     Type::Ptr(Space::Shared),
                 );
             }
-            let first_col = self.i32_const((s * slab) as i64);
-            let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
-            coords.extend(&lead);
             self.emit_effect(Op::TmaStore {
                 src,
                 map: store.map,
@@ -479,6 +462,47 @@ impl Lowering<'_> {
             });
         }
         Ok(())
+    }
+
+    /// The TMA copies of the 2-D tile `value` at `block` through tensor map `map` (whose
+    /// `make_block_ptr` offsets `leading` index the array's leading dimensions), `first_row`
+    /// rows further down where given: the elements of one copy's rows (one swizzle span,
+    /// the map's box), and each copy's coordinates, innermost first, slab by slab.
+    pub(super) fn tma_slabs(
+        &mut self,
+        block: &BlockRegs,
+        leading: &[Value],
+        map: usize,
+        value: Value,
+        first_row: Option<Reg>,
+    ) -> Result<(usize, Vec<Vec<Reg>>)> {
+        let cols = self.shape(value)[1];
+        let slab = self.layouts.tensor_maps[map]
+            .box_shape
+            .last()
+            .map_or(cols, |&elems| elems as usize);
+        let narrow = |this: &mut Self, r: Reg| match this.ty(r) {
+            Type::I32 => r,
+            _ => this.emit(Op::Cast(Cast::Trunc, r), Type::I32),
+        };
+        let mut row = narrow(self, block.offsets[0]);
+        let col = narrow(self, block.offsets[1]);
+        let mut lead = Vec::new();
+        for &v in leading.iter().rev() {
+            let r = self.reg(v)?;
+            lead.push(narrow(self, r));
+        }
+        if let Some(first_row) = first_row {
+            row = self.int(IntOp::Add, row, first_row);
+        }
+        let mut slabs = Vec::new();
+        for s in 0..cols / slab {
+            let first_col = self.i32_const((s * slab) as i64);
+            let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
+            coords.extend(&lead);
+            slabs.push(coords);
+        }
+        Ok((slab, slabs))
     }
 
     /// A block store, or with `accumulate` a block atomic add (vectors of at most the target's

@@ -549,26 +549,11 @@ impl Lowering<'_> {
             let size = self.i32_const(buffer_bytes as i64);
             let offset = self.int(IntOp::Mul, stage, size);
             let tile = self.shared_slot(buffers, offset, Type::I8);
-            let [rows, cols] = <[usize; 2]>::try_from(self.shape(load.value))
+            let [rows, _] = <[usize; 2]>::try_from(self.shape(load.value))
                 .map_err(|_| unsupported(inst, "expected a 2-D pipelined load"))?;
-            // A copy moves one box: the map's rows of one swizzle span each.
-            let slab = self.layouts.tensor_maps[*map]
-                .box_shape
-                .last()
-                .map_or(cols, |&elems| elems as usize);
+            let (slab, slabs) = self.tma_slabs(&block, leading, *map, load.value, None)?;
             let slab_bytes = (rows * slab * self.dtype(load.value).size_bytes()) as i64;
-            let narrow = |this: &mut Self, r: Reg| this.emit(Op::Cast(Cast::Trunc, r), Type::I32);
-            let row = narrow(self, block.offsets[0]);
-            let col = narrow(self, block.offsets[1]);
-            let mut lead = Vec::new();
-            for &v in leading.iter().rev() {
-                let r = self.reg(v)?;
-                lead.push(match self.ty(r) {
-                    Type::I32 => r,
-                    _ => narrow(self, r),
-                });
-            }
-            for s in 0..cols / slab {
+            for (s, coords) in slabs.into_iter().enumerate() {
                 let dst = if s == 0 {
                     tile
                 } else {
@@ -582,9 +567,6 @@ impl Lowering<'_> {
                         Type::Ptr(Space::Shared),
                     )
                 };
-                let first_col = self.i32_const((s * slab) as i64);
-                let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
-                coords.extend(&lead);
                 self.emit_effect(Op::TmaLoad {
                     dst,
                     map: *map,
