@@ -544,10 +544,9 @@ impl<'a> BlockState<'a, '_> {
                 }
                 Ok(())
             }
+            // Every thread waits (the op has no predicate): every store's bytes are read.
             Op::BulkWaitRead => {
-                for t in 0..self.threads {
-                    self.shared.wait_store_reads(t as u32);
-                }
+                self.shared.wait_store_reads();
                 Ok(())
             }
             Op::CpAsyncCommit => {

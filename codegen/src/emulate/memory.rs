@@ -247,7 +247,7 @@ impl Shared {
     }
 
     /// A TMA store's read of `len` bytes at `offset` by `thread`: a read now, as far as races
-    /// go, whose bytes nobody may write until the thread's [`Self::wait_store_reads`].
+    /// go, whose bytes nobody may write until [`Self::wait_store_reads`].
     pub fn read_for_store(
         &mut self,
         offset: u64,
@@ -277,13 +277,10 @@ impl Shared {
         self.fenced[thread as usize] = time;
     }
 
-    /// `cp.async.bulk.wait_group.read 0` in `thread`: its TMA stores have read their bytes.
-    pub fn wait_store_reads(&mut self, thread: u32) {
-        for reader in &mut self.store_reads {
-            if *reader == Some(thread) {
-                *reader = None;
-            }
-        }
+    /// `cp.async.bulk.wait_group.read 0` in every thread: their TMA stores have read their
+    /// bytes.
+    pub fn wait_store_reads(&mut self) {
+        self.store_reads.fill(None);
     }
 
     /// A thread whose TMA store may still read shared memory.

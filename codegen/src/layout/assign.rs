@@ -122,11 +122,6 @@ impl LayoutAssignment {
         self.tma_stores.get(&inst_index)
     }
 
-    /// Every TMA store, in instruction order.
-    pub fn tma_stores(&self) -> impl Iterator<Item = &TmaStore> {
-        self.tma_stores.values()
-    }
-
     /// The index of tensor map `spec`, added if no TMA load or store uses it yet.
     pub(super) fn tensor_map(&mut self, spec: kiln_dsl::TensorMapSpec) -> usize {
         match self.tensor_maps.iter().position(|m| *m == spec) {

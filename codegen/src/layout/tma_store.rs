@@ -9,10 +9,10 @@
 //! elements into a swizzled shared tile (conflict-free 4-byte stores), the block meets at a
 //! barrier after fencing the async proxy, and one lane issues a `cp.async.bulk.tensor` per
 //! slab one swizzle span wide (128 bytes, or 64 or 32 for a shorter row), which clips what lies
-//! outside the array itself. The lane waits for the
-//! copies to have read shared memory before the program ends. Where each warpgroup holds rows
-//! of its own (the `wgmma` accumulator), each stores them alone, meeting only its own warps at
-//! a named barrier: a warpgroup that finishes first need not wait for the others.
+//! outside the array itself. The lane waits for the copies to have read shared memory before
+//! the program ends. Where each warpgroup holds rows of its own (the `wgmma` accumulator), each
+//! stores them alone, meeting only its own warps at a named barrier: a warpgroup that finishes
+//! first need not wait for the others.
 //!
 //! A store qualifies where `dot`s run on `wgmma` (sm_90a) and it stands in the kernel's top
 //! level after its pipelined loops, which all copy with TMA (its tile goes where their buffers

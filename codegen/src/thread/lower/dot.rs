@@ -104,7 +104,8 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 /// Where staged tiles go in shared memory: every staged tile from 0, each at its own place;
 /// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
-/// bytes again, one after the other); from `barriers`, TMA loops' `mbarrier`s,
+/// bytes again, one after the other: the layout stage lets them only where they fit); from
+/// `barriers`, TMA loops' `mbarrier`s,
 /// stacked alike; the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
@@ -129,12 +130,6 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
-        // TMA stores go where the loops' buffers were, which have drained by then.
-        let stores: u32 = layouts
-            .tma_stores()
-            .map(|s| aligned_tile_bytes(kernel, layouts, s.value))
-            .sum();
-        let buffers = buffers.max(stores);
         let end = if barriers == 0 {
             staged + buffers
         } else {
