@@ -9,8 +9,8 @@
 //!
 //! | target | head dim | forward | preprocess | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- | --- |
-//! | sm_90a | 32 | 128 x 128, 4, 3 | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 256 x 64, 16, 3, wgmma (causal: 128 x 64, 4) | 64, 4 | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -18,15 +18,16 @@
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
-//! checked against f64 first; docs/PERF.md, 2026-11-22): on `wgmma` wherever it won (1.05-1.53x
-//! the `mma.sync` entries it replaced; the forward at head dim 32 and the causal one at 64, and
-//! dK/dV at 256, stay on `mma.sync`, which won there); four warps and 128 query rows wherever
-//! the kernel holds query rows, except where the accumulators need 8 warps, and the forward at
-//! 128, whose two warpgroups take turns at the tensor cores (kiln-codegen's `thread::lower`,
-//! 2026-11-25, fifth session), and the non-causal forward and dQ at 64, with four and two. Several spill a little (up to
-//! 700 bytes, ptxas 13.0) and are still the fastest measured: 32 query rows per warp halve the
-//! shared-memory reads of K and V per instruction against 16, which outweighs a few spilled
-//! values. The sm_80 entries are not tuned yet (no Ampere GPU has run `kiln tune`):
+//! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
+//! (1.05-1.53x the `mma.sync` entries it replaced; dK/dV at 256 stays on `mma.sync`, which won
+//! there); 8 warps where 4 cannot hold the accumulators, and two warpgroups taking turns at the
+//! tensor cores (kiln-codegen's `thread::lower`, 2026-11-25) for the forward at 128 and dQ at
+//! 64. The forward at 32 and 64 runs 64 query rows of one warpgroup, several programs an SM,
+//! whose loads and stores overlap each other's products: 1.08-1.28x the larger blocks before,
+//! at every seqlen from 1k to 16k, once its output went out by TMA (H200, docs/PERF.md,
+//! 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas 13.0) and are
+//! still the fastest measured. The sm_80 entries are not tuned yet (no Ampere GPU has run
+//! `kiln tune`):
 //! FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a program's tiles in
 //! registers; at 128, 64-row blocks of 4 warps (two per SM), 8 warps where 4 cannot hold the
 //! accumulators without spilling. Stages are kiln-codegen's `CompileOptions::num_stages` for the
@@ -194,28 +195,32 @@ pub fn config(
     };
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {
-        // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22).
+        // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22); the forward
+        // on an H200 since its stores went to TMA: 1.28x (1.26x causal) `mma.sync`'s 128 x 128
+        // (docs/PERF.md, 2026-11-26, seventh session).
         (Target::Sm90a, 32) => [
-            c(128, 128, 4, 3),
+            if causal {
+                c(64, 64, 4, 2).on_wgmma()
+            } else {
+                c(64, 128, 4, 2).on_wgmma()
+            },
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // `wgmma` candidates tried at every head dim (docs/PERF.md, third session).
+        // The forward in 64 x 64 blocks of one warpgroup, several programs an SM: 1.08-1.18x
+        // (causal 1.12-1.18x) the larger blocks before, seqlen 1k to 16k (`kiln tune`, H200,
+        // docs/PERF.md, 2026-11-26, seventh session).
         (Target::Sm90a, 64) if causal => [
-            // On `wgmma` since its masks left the unmasked loop: 1.16x `mma.sync`'s 128 x 64
-            // on 2 stages (docs/PERF.md, 2026-11-25, second session).
-            c(128, 64, 4, 3).on_wgmma(),
+            c(64, 64, 4, 2).on_wgmma(),
             // On TMA: 1.04x 64 x 128 for dQ, and dK/dV back to the full one's 128 x 64,
             // 1.10x 64 x 64 on 3 stages (docs/PERF.md, 2026-11-25, third session).
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // Four warpgroups taking turns for the forward, two for dQ: 1.12x and 1.08x the
-        // blocks of one warpgroup at seqlen 8192, 1.02x and 1.03x at 2048 (`kiln tune`,
-        // docs/PERF.md, 2026-11-25, fifth session). The causal kernels keep theirs: 256
-        // query rows lose 8-10% at 2048 there, where half the diagonal blocks are masked.
+        // dQ in two warpgroups taking turns: 1.08x the blocks of one warpgroup at seqlen 8192
+        // (`kiln tune`, docs/PERF.md, 2026-11-25, fifth session); the causal one keeps 64 x 64.
         (Target::Sm90a, 64) => [
-            c(256, 64, 16, 3).on_wgmma(),
+            c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 8, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
