@@ -13,6 +13,9 @@ use crate::attention::{AttentionError, AttentionParams, Layout};
 use crate::reference::AttentionReference;
 use crate::reference::{self, Rng};
 
+/// Calls of a pass timed back to back between two events, as compare.py's `bench_ms` does.
+pub const CALLS_PER_SAMPLE: usize = 10;
+
 /// The FlashAttention papers' setup: 16k tokens per batch and a hidden size of 2048, so
 /// `batch = 16384 / seqlen` and `heads = 2048 / head_dim`.
 pub fn standard(dtype: DType, head_dim: usize, causal: bool, seqlen: usize) -> AttentionParams {
@@ -195,8 +198,11 @@ impl Problem {
         )
     }
 
-    /// The median GPU milliseconds of `samples` calls of `pass` between events, after a few
-    /// warm-up calls.
+    /// The median GPU milliseconds of a call of `pass` over `samples` samples, each the mean of
+    /// [`CALLS_PER_SAMPLE`] calls back to back between events, after a few warm-up calls:
+    /// compare.py's method. Timed one call at a time, kernels that run the GPU harder look
+    /// faster than they are in a sustained run (`kiln tune` put a D64 forward 8% ahead that an
+    /// interleaved compare.py-style run put 2% behind, docs/PERF.md, 2026-11-26).
     pub fn median_ms(
         &mut self,
         device: &Device,
@@ -207,15 +213,17 @@ impl Problem {
             Pass::Forward => problem.forward(device),
             Pass::Backward => problem.backward(device),
         };
-        for _ in 0..3 {
+        for _ in 0..CALLS_PER_SAMPLE {
             run(self)?;
         }
         let mut times = Vec::with_capacity(samples);
         for _ in 0..samples.max(1) {
             let start = device.record_event()?;
-            run(self)?;
+            for _ in 0..CALLS_PER_SAMPLE {
+                run(self)?;
+            }
             let end = device.record_event()?;
-            times.push(start.elapsed_ms(&end)? as f64);
+            times.push(start.elapsed_ms(&end)? as f64 / CALLS_PER_SAMPLE as f64);
         }
         times.sort_by(f64::total_cmp);
         Ok(times[times.len() / 2])

@@ -23,9 +23,9 @@
 //! there); 8 warps where 4 cannot hold the accumulators, and two warpgroups taking turns at the
 //! tensor cores (kiln-codegen's `thread::lower`, 2026-11-25) for the forward at 128 and dQ at
 //! 64. The forward at 32 and 64 runs 64 query rows of one warpgroup, several programs an SM,
-//! whose loads and stores overlap each other's products: 1.08-1.28x the larger blocks before,
-//! at every seqlen from 1k to 16k, once its output went out by TMA (H200, docs/PERF.md,
-//! 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas 13.0) and are
+//! whose loads and stores overlap each other's products: at 32 1.13-1.25x the larger blocks
+//! before from seqlen 1k to 16k, at 64 1.13-1.19x at 1k and 0.98-1.06x beyond (H200,
+//! docs/PERF.md, 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas 13.0) and are
 //! still the fastest measured. The sm_80 entries are not tuned yet (no Ampere GPU has run
 //! `kiln tune`):
 //! FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a program's tiles in
@@ -196,8 +196,8 @@ pub fn config(
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {
         // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22); the forward
-        // on an H200 since its stores went to TMA: 1.28x (1.26x causal) `mma.sync`'s 128 x 128
-        // (docs/PERF.md, 2026-11-26, seventh session).
+        // since its stores went to TMA: 1.13-1.25x `mma.sync`'s 128 x 128 from 1k to 16k,
+        // causal 1.18-1.20x (interleaved A/B, H200, docs/PERF.md, 2026-11-26, seventh session).
         (Target::Sm90a, 32) => [
             if causal {
                 c(64, 64, 4, 2).on_wgmma()
@@ -207,9 +207,10 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // The forward in 64 x 64 blocks of one warpgroup, several programs an SM: 1.08-1.18x
-        // (causal 1.12-1.18x) the larger blocks before, seqlen 1k to 16k (`kiln tune`, H200,
-        // docs/PERF.md, 2026-11-26, seventh session).
+        // The forward in 64 x 64 blocks of one warpgroup, several programs an SM: against the
+        // blocks before, 1.19x at seqlen 1k and 0.98-0.99x at 4k-16k (256 x 64 of 16 warps),
+        // causal 1.13x, 1.06x and 1.01x (128 x 64): interleaved A/B, H200, docs/PERF.md,
+        // 2026-11-26, seventh session. A table by sequence length would keep 256 x 64 beyond 2k.
         (Target::Sm90a, 64) if causal => [
             c(64, 64, 4, 2).on_wgmma(),
             // On TMA: 1.04x 64 x 128 for dQ, and dK/dV back to the full one's 128 x 64,
