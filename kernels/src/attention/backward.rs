@@ -7,9 +7,9 @@
 //! adds (no second pass over the keys), and a last kernel scales and rounds it into dQ. The
 //! order of the adds varies, so dQ may differ in its last bits from run to run.
 //!
-//! Both gradient kernels recompute `P = exp2(s * log2(e) - lse * log2(e))` from the forward's
-//! natural-log LSE. A row with LSE = -inf saw no key: it gets `+inf` in place of its LSE, so its
-//! `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
+//! Both gradient kernels recompute `P = exp2(s * log2(e) - lse * log2(e))`, one FFMA and an `exp2`
+//! a score, from the forward's natural-log LSE. A row with LSE = -inf saw no key: it gets `+inf` in
+//! place of its LSE, so its `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -187,7 +187,7 @@ pub fn attention_bwd_dq<
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
     let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
-    let lse_log2 = lse_log2(lse_row);
+    let lse_neg = -lse_log2(lse_row).expand_dims(1);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let shift = seqlen_k - seqlen_q;
     let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
@@ -196,14 +196,15 @@ pub fn attention_bwd_dq<
     for start_n in (0..end_n).step_by(BLOCK_N) {
         let k_tile = load(k_block, [0]);
         let v_tile = load(v_block, [0]);
-        let qk = dot(q_tile, trans(k_tile)) * qk_scale;
-        let qk = if start_n >= full_end {
+        // The exponent in one FFMA a score; a masked score's is -inf.
+        let s = fma(dot(q_tile, trans(k_tile)), qk_scale, lse_neg);
+        let s = if start_n >= full_end {
             let offs_n = start_n + arange(0, BLOCK_N);
-            mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+            mask_scores::<CAUSAL>(s, offs_m, offs_n, shift, seqlen_k)
         } else {
-            qk
+            s
         };
-        let p = exp2(qk - lse_log2.expand_dims(1));
+        let p = exp2(s);
         let dp = dot(do_tile, trans(v_tile));
         let ds = p * (dp - delta_row.expand_dims(1));
         dq_acc = dot(ds.to::<T>(), k_tile, dq_acc);
@@ -346,19 +347,23 @@ pub fn attention_bwd_dkdv<
             let row_ok = offs_m < seqlen_q;
             let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
             let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
-            let lse_log2 = lse_log2(lse_row);
-            let qk = dot(q_tile, trans(k_tile)) * qk_scale;
+            // The exponent in one FFMA a score; a masked score's is -inf.
+            let s = fma(
+                dot(q_tile, trans(k_tile)),
+                qk_scale,
+                -lse_log2(lse_row).expand_dims(1),
+            );
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
             } else {
                 partial_keys
             };
-            let qk = if needs_mask {
-                mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k)
+            let s = if needs_mask {
+                mask_scores::<CAUSAL>(s, offs_m, offs_n, shift, seqlen_k)
             } else {
-                qk
+                s
             };
-            let p = exp2(qk - lse_log2.expand_dims(1));
+            let p = exp2(s);
             dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
             let dp = dot(do_tile, trans(v_tile));
             let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
