@@ -347,12 +347,18 @@ pub fn attention_bwd_dkdv<
             let row_ok = offs_m < seqlen_q;
             let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
             let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
+            let qk = dot(q_tile, trans(k_tile));
+            // Where a thread holds at most 32 scores of each product (64 x 64 tiles at 4 warps),
+            // dP is issued beside the scores and runs while P is computed (D128 +4-6%); at
+            // 128 x 64 the two tiles' registers spill (D64 -4% to -10%; docs/PERF.md).
+            let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
+            let mut dp = if early_dp {
+                dot(do_tile, trans(v_tile))
+            } else {
+                0.0
+            };
             // The exponent in one FFMA a score; a masked score's is -inf.
-            let s = fma(
-                dot(q_tile, trans(k_tile)),
-                qk_scale,
-                -lse_log2(lse_row).expand_dims(1),
-            );
+            let s = fma(qk, qk_scale, -lse_log2(lse_row).expand_dims(1));
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
             } else {
@@ -365,7 +371,9 @@ pub fn attention_bwd_dkdv<
             };
             let p = exp2(s);
             dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
-            let dp = dot(do_tile, trans(v_tile));
+            if !early_dp {
+                dp = dot(do_tile, trans(v_tile));
+            }
             let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
             dk_acc = dot(trans(ds), q_tile, dk_acc);
             if ACCUMULATE_DQ {
