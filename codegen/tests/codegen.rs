@@ -364,6 +364,51 @@ fn attention_case(
     }
 }
 
+/// Four warpgroups taking turns at the tensor cores, which no table entry uses since the D64
+/// forward went to 64-row blocks (2026-11-26) and `kiln tune` still tries: the D64 forward at
+/// 256 x 64 of 16 warps, 3 stages, on `wgmma`, against the interpreter.
+#[test]
+fn four_warpgroups_taking_turns_agree_with_the_interpreter() {
+    let kernel = AttentionKernel::Forward;
+    for causal in [false, true] {
+        let p = cases::attention_params(BF16, 64, causal, 1, 1);
+        let config = KernelConfig::new(256, 64, 16, 3).on_wgmma();
+        let case = cases::Case {
+            name: format!("attention_fwd_bf16_d64_causal{causal}_m256_w16_sm_90a"),
+            kernel: kernel.build(&p.spec(kernel, config)).unwrap(),
+            divisibility: prebuilt::divisibility(kernel),
+            num_warps: 16,
+            num_stages: 3,
+            target: Target::Sm90a,
+            wgmma: true,
+            tolerance: cases::attention_tolerance("attention_fwd", BF16),
+        };
+        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        // Each warpgroup waits for its turn on a named barrier of 256 threads (its own and its
+        // predecessor's) and passes it on with `bar.arrive`.
+        let text = program.to_string();
+        let turns = |op: &str| {
+            text.lines()
+                .any(|l| l.trim_start().starts_with(op) && l.ends_with(", 256"))
+        };
+        assert!(
+            turns("bar.sync") && turns("bar.arrive"),
+            "{}: no turns",
+            case.name
+        );
+        let runs = cases::runs(&case);
+        assert!(!runs.is_empty(), "{}: nothing to run", case.name);
+        for run in runs {
+            let outcome = emulate_run(&case, &run);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "{} {}: {:?}",
+                case.name, run.label, outcome.first
+            );
+        }
+    }
+}
+
 /// Every attention specialisation kiln ships (both backwards' kernels, every head dim, f16 and
 /// bf16, causal and not) as the config table compiles it (pipelined, vectorised), on the GPU
 /// cases' ragged shapes (seqlen 70 x 45 and 45 x 70); one compiled alike for both targets runs
@@ -397,7 +442,8 @@ fn the_emulator_agrees_on_every_attention_kernel() {
 /// The pipelined loops at 1 (off), 2, 3 and 4 stages agree with the interpreter: the aligned
 /// GEMM, whose K loop runs 0, 1, 2 and 7 times with ragged M, N and K, and the forward, dQ and
 /// dK/dV kernels (their loops run once or twice on the ragged shapes, and dK/dV's inner loop
-/// restarts for every query head of its group).
+/// restarts for every query head of its group); dK/dV's 128 x 64 tiles do not fit 4 stages, and
+/// must be refused for it.
 #[test]
 fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
     let gemm = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
@@ -417,7 +463,18 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 wgmma: false,
                 tolerance: base.tolerance,
             };
-            let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
+            let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
+                Ok(program) => program,
+                // dK/dV's 128 x 64 tiles (D64's) take 180 KiB at 4 stages.
+                Err(CodegenError::Options { message })
+                    if num_stages == 4
+                        && case.name.starts_with("attention_bwd_dkdv")
+                        && message.contains("sm_80 gives a block at most") =>
+                {
+                    continue;
+                }
+                Err(e) => panic!("{} at {num_stages} stages: {e}", case.name),
+            };
             let copies = program.to_string().matches("cp.async.cg").count();
             assert_eq!(
                 copies > 0,
@@ -1233,13 +1290,13 @@ fn shared_memory_above_48_kib_is_dynamic() {
         "{}",
         compiled.ptx()
     );
-    // Q (128 x 64) and two buffers each of K and V (64 x 64), f16: 48 KiB, still static.
-    let small = compile_case(&case("attention_fwd_f16_d64_causal_sm_80"));
+    // Q (128 x 32) and two buffers each of K and V (64 x 32), f16: 24 KiB, static.
+    let small = compile_case(&case("attention_fwd_f16_d32_causal_sm_80"));
     assert_eq!(small.dynamic_shared_bytes(), 0);
     assert!(
         small
             .ptx()
-            .contains(".shared .align 16 .b8 kiln_shared[49152];")
+            .contains(".shared .align 16 .b8 kiln_shared[24576];")
     );
 }
 

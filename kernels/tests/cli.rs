@@ -99,13 +99,13 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
 
 #[test]
 fn attention_block_sizes_come_from_the_table_for_the_arch() {
-    // dK/dV at head dim 128 streams 32-row tiles on sm_80 and 64-row ones on sm_90a.
+    // dK/dV at head dim 256 streams 32-row tiles on sm_80 and 64-row ones on sm_90a.
     for (arch, block_m) in [("sm_80", 32), ("sm_90a", 64)] {
         let out = succeeds(&mut kiln(&[
             "ir",
             "attention_bwd_dkdv",
             "--spec",
-            "HEAD_DIM=128",
+            "HEAD_DIM=256",
             "--arch",
             arch,
         ]));
@@ -120,7 +120,7 @@ fn attention_block_sizes_come_from_the_table_for_the_arch() {
         "ir",
         "attention_bwd_dkdv",
         "--spec",
-        "HEAD_DIM=128,BLOCK_M=64",
+        "HEAD_DIM=256,BLOCK_M=64",
         "--arch",
         "sm_80",
     ])
@@ -260,12 +260,13 @@ fn resources_reports_what_ptxas_says() {
         eprintln!("KILN_PTXAS not set: skipping `kiln resources`");
         return;
     };
-    let name = "attention_bwd_dkdv_bf16_d128_causal_sm_80";
+    // Eight warps and no spill: sm_80's dK/dV at head dim 256.
+    let name = "attention_bwd_dkdv_bf16_d256_causal_sm_80";
     let out = succeeds(&mut kiln(&[
         "resources",
         "attention_bwd_dkdv",
         "--spec",
-        SHIPPED_SPEC,
+        "T=bf16,CAUSAL=true,HEAD_DIM=256",
         "--arch",
         "sm_80",
     ]));

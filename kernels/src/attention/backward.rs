@@ -348,9 +348,9 @@ pub fn attention_bwd_dkdv<
             let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
             let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
             let qk = dot(q_tile, trans(k_tile));
-            // Where a thread holds at most 32 scores of each product (64 x 64 tiles at 4 warps),
-            // dP is issued beside the scores and runs while P is computed (D128 +4-6%); at
-            // 128 x 64 the two tiles' registers spill (D64 -4% to -10%; docs/PERF.md).
+            // Where the score tiles are at most 64 x 64, dP is issued beside the scores and runs
+            // while P is computed (D128 on sm_90a +4-6%); at 128 x 64 (D64's 4 warps) the two
+            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26).
             let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
             let mut dp = if early_dp {
                 dot(do_tile, trans(v_tile))

@@ -289,7 +289,7 @@ pub fn designed_cases() -> Vec<Case> {
         case(F16, 3, 129, 129, 8, 8, 128, false),
         case(BF16, 1, 64, 64, 4, 1, 128, true),
         case(F16, 1, 128, 128, 2, 2, 256, true),
-        // Around the 256 query rows of the D64 forward on Hopper (four warpgroups).
+        // Around 256 query rows: several 64- and 128-row blocks, one partial.
         case(BF16, 1, 255, 257, 2, 1, 64, false),
         case(F16, 2, 257, 255, 2, 2, 64, false),
         case(F32, 1, 77, 91, 4, 1, 64, true),

@@ -207,8 +207,8 @@ pub fn visible<const CAUSAL: bool>(
     }
 }
 
-/// The scores `qk` of rows `offs_m` and keys `offs_n`, `-inf` where the row does not see the key
-/// (see [`visible`]), so that the softmax gives those keys no weight.
+/// The scores `qk` of rows `offs_m` and keys `offs_n` (or the backward's exponents), `-inf` where
+/// the row does not see the key (see [`visible`]), so that the softmax gives those keys no weight.
 #[kernel_fn]
 pub fn mask_scores<const CAUSAL: bool>(
     qk: Tile<f32>,

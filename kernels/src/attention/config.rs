@@ -13,8 +13,9 @@
 //! | sm_90a | 64 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
-//! | sm_80 | 32, 64 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 128 | 64 x 64, 4, 3 (causal: 2) | 64, 4 | 64 x 64, 8, 2 | 32 x 64, 8, 2 |
+//! | sm_80 | 32 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 64, 4 | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
+//! | sm_80 | 128 | 128 x 64, 4, 2 | 64, 4 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
@@ -25,20 +26,18 @@
 //! 64. The forward at 32 and 64 runs 64 query rows of one warpgroup, several programs an SM,
 //! whose loads and stores overlap each other's products: at 32 1.13-1.25x the larger blocks
 //! before from seqlen 1k to 16k, at 64 1.13-1.19x at 1k and 0.98-1.06x beyond (H200,
-//! docs/PERF.md, 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas 13.0) and are
-//! still the fastest measured. The sm_80 entries are not tuned yet (no Ampere GPU has run
-//! `kiln tune`):
-//! FlashAttention-2's sm_80 shapes at 32 and 64, halved at 256 to keep a program's tiles in
-//! registers; at 128, 64-row blocks of 4 warps (two per SM), 8 warps where 4 cannot hold the
-//! accumulators without spilling. Stages are kiln-codegen's `CompileOptions::num_stages` for the
-//! kernel's streaming loop: shared buffers per streamed tile, one tile in flight with `cp.async`
-//! while the program computes on another.
+//! docs/PERF.md, 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas
+//! 13.0) and are still the fastest measured.
 //!
-//! ptxas allocates registers differently for sm_80, where dK/dV at head dim 128 with 64-row
-//! Q/dO tiles spills 28 bytes once pipelined, so sm_80 streams 32-row tiles (237 registers, no
-//! spill). Halving the key block instead was measured and rejected (docs/PERF.md, 2026-11-22: it
-//! costs a quarter of the backward because every program then streams all of Q/dO for half the
-//! work).
+//! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
+//! (`KILN_TARGET=sm_80`, which is where Stage 1's bars are measured; bf16, seqlen 4096, sustained
+//! timing; docs/PERF.md, 2026-11-26, seventh session): 1.04-1.30x the untuned shapes before,
+//! FlashAttention-2's own sm_80 shapes for the forwards (128 x 128 of 4 warps at 64, 128 x 64 at
+//! 128). ptxas for sm_80 spills 4-120 bytes in them (the timings are of the driver's compile for
+//! Hopper); no Ampere GPU has timed them. At 32 and 256 they are untuned: FlashAttention-2's sm_80
+//! shapes, halved at 256 to keep a program's tiles in registers. Stages are kiln-codegen's
+//! `CompileOptions::num_stages` for the kernel's streaming loop: shared buffers per streamed tile,
+//! one tile in flight with `cp.async` while the program computes on another.
 //!
 //! The fused backward runs the same preprocessing (which then zeroes the dQ accumulator) and a
 //! dQ conversion (64 rows, 4 warps), and its own dK/dV entry, since that one also holds a dQ
@@ -195,9 +194,9 @@ pub fn config(
     };
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {
-        // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22); the forward
-        // since its stores went to TMA: 1.13-1.25x `mma.sync`'s 128 x 128 from 1k to 16k,
-        // causal 1.18-1.20x (interleaved A/B, H200, docs/PERF.md, 2026-11-26, seventh session).
+        // `kiln tune` on an H100, bf16, seqlen 4096 (docs/PERF.md, 2026-11-22); the forward on
+        // `wgmma` since 2026-11-26: 1.13-1.25x `mma.sync`'s 128 x 128 from 1k to 16k, causal
+        // 1.18-1.20x (interleaved A/B, H200, docs/PERF.md, seventh session).
         (Target::Sm90a, 32) => [
             if causal {
                 c(64, 64, 4, 2).on_wgmma()
@@ -207,10 +206,11 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // The forward in 64 x 64 blocks of one warpgroup, several programs an SM: against the
-        // blocks before, 1.19x at seqlen 1k and 0.98-0.99x at 4k-16k (256 x 64 of 16 warps),
-        // causal 1.13x, 1.06x and 1.01x (128 x 64): interleaved A/B, H200, docs/PERF.md,
-        // 2026-11-26, seventh session. A table by sequence length would keep 256 x 64 beyond 2k.
+        // The forward, with a mask or not, in 64 x 64 blocks of one warpgroup, several programs
+        // an SM: against the blocks before, causal 1.13x, 1.06x and 1.01x at seqlen 1k, 4k and
+        // 16k (128 x 64), unmasked 1.19x at 1k and 0.98-0.99x at 4k-16k (256 x 64 of 16 warps;
+        // a table by sequence length would keep those beyond 2k): interleaved A/B, H200,
+        // docs/PERF.md, 2026-11-26, seventh session.
         (Target::Sm90a, 64) if causal => [
             c(64, 64, 4, 2).on_wgmma(),
             // On TMA: 1.04x 64 x 128 for dQ, and dK/dV back to the full one's 128 x 64,
@@ -238,16 +238,18 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(64, 64, 8, 2),
         ],
-        // Not tuned yet (no Ampere GPU here): FlashAttention-2's sm_80 shapes, which fit
-        // without spills, halved at head dim 256.
-        (Target::Sm80, 32 | 64) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
-        (Target::Sm80, 128) => [
-            // A third stage helps the full loop (+2.7% at 4k on an H200) and hurts the
-            // causal one's short loops (-1.6%): docs/PERF.md.
-            c(64, 64, 4, if causal { 2 } else { 3 }),
-            c(64, 64, 8, 2),
-            c(32, 64, 8, 2),
+        // At 64 and 128: `kiln tune` of the sm_80 PTX on an H200 (`KILN_TARGET=sm_80`, bf16,
+        // seqlen 4096; docs/PERF.md, 2026-11-26, seventh session), where Stage 1's bars are
+        // measured: 1.04-1.30x the untuned shapes before. Not measured on Ampere.
+        (Target::Sm80, 64) => [
+            c(128, 128, 4, if causal { 2 } else { 3 }),
+            c(128, 64, 4, 2),
+            c(128, 64, 4, 2),
         ],
+        (Target::Sm80, 128) => [c(128, 64, 4, 2), c(128, 32, 4, 2), c(64, 64, 4, 2)],
+        // Not tuned yet: FlashAttention-2's sm_80 shapes, which fit without spills, halved at
+        // head dim 256.
+        (Target::Sm80, 32) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
         (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };

@@ -3,7 +3,7 @@
 //! compares one head of each shape with the f64 reference.
 
 use kiln_dsl::DType;
-use kiln_kernels::bench;
+use kiln_kernels::bench::{self, CALLS_PER_SAMPLE};
 use kiln_kernels::reference::Rng;
 use kiln_runtime::Device;
 
@@ -55,7 +55,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     eprintln!(
         "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, median of \
-         {samples} launches; TFLOP/s with the FlashAttention convention",
+         {samples} samples of {CALLS_PER_SAMPLE} launches back to back; TFLOP/s with the \
+         FlashAttention convention",
         device.name().unwrap_or_default()
     );
     let rows = bench::measure(

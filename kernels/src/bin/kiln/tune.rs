@@ -5,6 +5,7 @@
 
 use kiln_dsl::DType;
 use kiln_kernels::attention::AttentionKernel;
+use kiln_kernels::bench::CALLS_PER_SAMPLE;
 use kiln_kernels::reference::Rng;
 use kiln_kernels::tune::{self, Outcome, Setup};
 use kiln_runtime::Device;
@@ -99,8 +100,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
     eprintln!(
         "kiln tune on {} ({target}): {dtype}, {backward} backward, timed at seqlen {seqlen} \
-         (batch = 16384 / seqlen, heads = 2048 / head dim), median of {samples} launches; each \
-         candidate checked against f64 first",
+         (batch = 16384 / seqlen, heads = 2048 / head dim), median of {samples} samples of \
+         {CALLS_PER_SAMPLE} launches back to back; each candidate checked against f64 first",
         device.name().unwrap_or_default()
     );
     let mut rng = Rng::new(Rng::fresh_seed());
