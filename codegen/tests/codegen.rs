@@ -364,6 +364,21 @@ fn attention_case(
     }
 }
 
+/// Options for `kernel` at `config` on `target`, assuming of its arguments what the prebuilt
+/// kernels do.
+fn attention_options(
+    kernel: AttentionKernel,
+    config: KernelConfig,
+    target: Target,
+) -> CompileOptions {
+    prebuilt::divisibility(kernel).into_iter().fold(
+        CompileOptions::new(target, config.num_warps)
+            .with_stages(config.num_stages)
+            .with_wgmma(config.wgmma),
+        |options, (arg, n)| options.with_divisibility(arg, n),
+    )
+}
+
 /// Four warpgroups taking turns at the tensor cores, which no table entry uses since the D64
 /// forward went to 64-row blocks (2026-11-26) and `kiln tune` still tries: the D64 forward at
 /// 256 x 64 of 16 warps, 3 stages, on `wgmma`, against the interpreter.
@@ -1290,13 +1305,18 @@ fn shared_memory_above_48_kib_is_dynamic() {
         "{}",
         compiled.ptx()
     );
-    // Q (128 x 32) and two buffers each of K and V (64 x 32), f16: 24 KiB, static.
-    let small = compile_case(&case("attention_fwd_f16_d32_causal_sm_80"));
+    // Q (128 x 64) and two buffers each of K and V (64 x 64), f16: 48 KiB, still static (the
+    // D64 forward's sm_80 blocks before 2026-11-26).
+    let kernel = AttentionKernel::Forward;
+    let p = cases::attention_params(F16, 64, true, 1, 1);
+    let config = KernelConfig::new(128, 64, 4, 2);
+    let ir = kernel.build(&p.spec(kernel, config)).unwrap();
+    let small = compile(&ir, &attention_options(kernel, config, Target::Sm80)).unwrap();
     assert_eq!(small.dynamic_shared_bytes(), 0);
     assert!(
         small
             .ptx()
-            .contains(".shared .align 16 .b8 kiln_shared[24576];")
+            .contains(".shared .align 16 .b8 kiln_shared[49152];")
     );
 }
 
@@ -1611,14 +1631,9 @@ fn staged_tiles_beyond_the_targets_shared_memory_are_refused() {
     // dK/dV at head dim 128, 128 x 128, 3 stages: 320 KiB; sm_90a gives a block 227.
     let kernel = AttentionKernel::DkDv;
     let p = cases::attention_params(F16, 128, false, 1, 1);
-    let ir = kernel
-        .build(&p.spec(kernel, KernelConfig::new(128, 128, 8, 3)))
-        .unwrap();
-    let options = prebuilt::divisibility(kernel).into_iter().fold(
-        CompileOptions::new(Target::Sm90a, 8).with_stages(3),
-        |options, (name, n)| options.with_divisibility(name, n),
-    );
-    let message = match compile(&ir, &options) {
+    let config = KernelConfig::new(128, 128, 8, 3);
+    let ir = kernel.build(&p.spec(kernel, config)).unwrap();
+    let message = match compile(&ir, &attention_options(kernel, config, Target::Sm90a)) {
         Err(CodegenError::Options { message }) => message,
         Err(other) => panic!("expected an options error, got {other}"),
         Ok(compiled) => panic!(
@@ -2324,12 +2339,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
             ..cases::attention_params(BF16, 128, true, 1, 1)
         };
         let config = p.config(Target::Sm90a).unwrap().kernel(kernel);
-        let options = prebuilt::divisibility(kernel).into_iter().fold(
-            CompileOptions::new(Target::Sm90a, config.num_warps)
-                .with_stages(config.num_stages)
-                .with_wgmma(config.wgmma),
-            |options, (arg, n)| options.with_divisibility(arg, n),
-        );
+        let options = attention_options(kernel, config, Target::Sm90a);
         // Best of 3 of the whole, and of its parts: building the IR from the DSL, the layout and
         // thread stages, and the rest (LLVM IR, passes, NVPTX).
         let ms = |start: std::time::Instant| start.elapsed().as_secs_f64() * 1e3;
