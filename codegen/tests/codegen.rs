@@ -347,14 +347,26 @@ fn attention_case(
     causal: bool,
     target: Target,
 ) -> cases::Case {
+    let config = attention_config(name, head_dim, causal, target);
+    attention_case_at(name, dtype, head_dim, causal, target, config)
+}
+
+/// [`attention_case`] at `config` instead of the table's, named as the shipped specialisation.
+fn attention_case_at(
+    name: &str,
+    dtype: DType,
+    head_dim: usize,
+    causal: bool,
+    target: Target,
+    config: KernelConfig,
+) -> cases::Case {
     let kernel = AttentionKernel::from_name(name).expect("an attention kernel");
     let p = cases::attention_params(dtype, head_dim, causal, 1, 1);
-    let config = attention_config(name, head_dim, causal, target);
     cases::Case {
         name: plan::specialisation_name(kernel, &p, target),
         kernel: kernel
             .build(&p.spec(kernel, config))
-            .expect("a shipped kernel builds"),
+            .expect("an attention kernel builds"),
         divisibility: prebuilt::divisibility(kernel),
         num_warps: config.num_warps,
         num_stages: config.num_stages,
@@ -384,20 +396,9 @@ fn attention_options(
 /// 256 x 64 of 16 warps, 3 stages, on `wgmma`, against the interpreter.
 #[test]
 fn four_warpgroups_taking_turns_agree_with_the_interpreter() {
-    let kernel = AttentionKernel::Forward;
+    let config = KernelConfig::new(256, 64, 16, 3).on_wgmma();
     for causal in [false, true] {
-        let p = cases::attention_params(BF16, 64, causal, 1, 1);
-        let config = KernelConfig::new(256, 64, 16, 3).on_wgmma();
-        let case = cases::Case {
-            name: format!("attention_fwd_bf16_d64_causal{causal}_m256_w16_sm_90a"),
-            kernel: kernel.build(&p.spec(kernel, config)).unwrap(),
-            divisibility: prebuilt::divisibility(kernel),
-            num_warps: 16,
-            num_stages: 3,
-            target: Target::Sm90a,
-            wgmma: true,
-            tolerance: cases::attention_tolerance("attention_fwd", BF16),
-        };
+        let case = attention_case_at("attention_fwd", BF16, 64, causal, Target::Sm90a, config);
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
         // Each warpgroup waits for its turn on a named barrier of 256 threads (its own and its
         // predecessor's) and passes it on with `bar.arrive`.

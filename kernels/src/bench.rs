@@ -199,9 +199,9 @@ impl Problem {
     }
 
     /// The median GPU milliseconds of a call of `pass` over `samples` samples, each the mean of
-    /// [`CALLS_PER_SAMPLE`] calls back to back between events, after a few warm-up calls:
-    /// compare.py's method (its warm-up too is one sample's calls). Timed one call at a time, kernels that run the GPU harder look
-    /// faster than they are in a sustained run (`kiln tune` put a D64 forward 8% ahead that an
+    /// [`CALLS_PER_SAMPLE`] calls back to back between events, after as many warm-up calls:
+    /// compare.py's method. Timed one call at a time, kernels that run the GPU harder look faster
+    /// than they are in a sustained run (`kiln tune` put a D64 forward 8% ahead that an
     /// interleaved compare.py-style run put 2% behind, docs/PERF.md, 2026-11-26).
     pub fn median_ms(
         &mut self,
