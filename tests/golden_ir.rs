@@ -47,22 +47,12 @@ fn forward_overlapped_causal_f16_d64() {
     );
 }
 
+/// The fused backward's: delta, and the dQ accumulator zeroed.
 #[test]
 fn backward_preprocess_f16_d64() {
-    let spec = spec(None, false).flag("ZERO_DQ_ACCUM", false);
     golden(
         "attention_bwd_preprocess",
-        backward::attention_bwd_preprocess::build(&spec).unwrap(),
-    );
-}
-
-/// The fused backward's: it also zeroes the dQ accumulator.
-#[test]
-fn backward_preprocess_fused_f16_d64() {
-    let spec = spec(None, false).flag("ZERO_DQ_ACCUM", true);
-    golden(
-        "attention_bwd_preprocess_fused",
-        backward::attention_bwd_preprocess::build(&spec).unwrap(),
+        backward::attention_bwd_preprocess::build(&spec(None, false)).unwrap(),
     );
 }
 

@@ -187,6 +187,48 @@ fn layout_of_attention_forward_takes_p_from_registers() {
     assert!(!layout.contains("#blocked1"), "{layout}");
 }
 
+/// A loop-invariant conversion runs once, before the loop: dQ's delta, a row reduction of O and
+/// dO in their load layout, is what every iteration's `dS` needs in the scores' row layout
+/// (converted once an iteration, dQ ran 2-5% slower: docs/PERF.md, 2026-11-26, eighth session).
+#[test]
+fn layout_converts_a_loop_invariant_value_before_the_loop() {
+    for target in Target::ALL {
+        let name = format!("attention_bwd_dq_bf16_d128_{target}");
+        let layout = compile_case(&case(&name)).stage(Stage::Layout).to_string();
+        let loop_at = layout
+            .lines()
+            .position(|l| l.contains(" = for "))
+            .expect("dQ's key loop");
+        let lines: Vec<&str> = layout.lines().collect();
+        let delta = lines[..loop_at]
+            .iter()
+            .find(|l| l.contains("= reduce_sum"))
+            .and_then(|l| l.split(" = ").next())
+            .map(str::trim)
+            .expect("delta, reduced before the loop");
+        let converted_before = lines[..loop_at].iter().any(|l| {
+            l.trim_start()
+                .starts_with(&format!("convert_layout {delta} "))
+        });
+        assert!(
+            converted_before,
+            "{name}: {delta} not converted before the loop:\n{layout}"
+        );
+        assert!(
+            !lines[loop_at..]
+                .iter()
+                .any(|l| l.contains(&format!("convert_layout {delta} "))),
+            "{name}: {delta} converted in the loop:\n{layout}"
+        );
+        assert!(
+            lines[loop_at..].iter().any(|l| l.contains(&format!(
+                "{delta} is #slice2 in registers converted before the loop"
+            ))),
+            "{name}:\n{layout}"
+        );
+    }
+}
+
 /// The thread program of small kernels, as text: positions from thread ids, predicated
 /// accesses, a reduction's shuffles and shared-memory round, a conversion's barriers.
 #[test]

@@ -49,6 +49,11 @@ pub enum ConversionKind {
     /// Registers to registers of another distributed layout, through shared memory, right
     /// before the op that uses the operand.
     ThroughShared,
+    /// As `ThroughShared`, of a value a loop uses but does not define: right before the `for`,
+    /// once (the layout stage hoists it); the loop's uses read these registers (`Hoisted`).
+    BeforeLoop,
+    /// An operand converted before its loop (`BeforeLoop`): no data moves here.
+    Hoisted,
     /// Registers into a swizzled shared tile (`to` is [`Layout::Shared`]) right after the value
     /// is defined; `ldmatrix` reads it for every `dot` that uses it, directly or through `trans`.
     Stage,
@@ -692,6 +697,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         num_warps: options.num_warps,
     };
     let divisibility = assignment.divisibility.clone();
+    super::hoist::apply(kernel, &mut assignment);
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
     tma_store::apply(kernel, &divisibility, &mut assignment);
     Ok(assignment)

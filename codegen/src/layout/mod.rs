@@ -22,6 +22,7 @@
 
 mod assign;
 pub mod divisibility;
+mod hoist;
 pub mod mma;
 pub mod pipeline;
 pub mod swizzle;

@@ -66,6 +66,14 @@ impl LayoutAssignment {
                             ));
                             continue;
                         }
+                        ConversionKind::Hoisted => {
+                            in_registers.push(format!(
+                                "{} is {} in registers converted before the loop",
+                                value_name(kernel, value),
+                                alias(&conversion.to)
+                            ));
+                            continue;
+                        }
                         ConversionKind::Ldmatrix { from } | ConversionKind::Descriptor { from } => {
                             alias(from)
                         }

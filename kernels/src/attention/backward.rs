@@ -1,11 +1,13 @@
-//! FlashAttention backward, split as in seed 001: a preprocessing kernel (`delta = rowsum(dO * O)`),
-//! a dQ kernel that walks key tiles, and a dK/dV kernel that walks query tiles. No atomics: each
-//! output element is written by exactly one program, so the split backward is deterministic.
+//! FlashAttention backward, split as in seed 001 but in two kernels: a dQ kernel that walks key
+//! tiles and also writes `delta = rowsum(dO * O)` of its query rows (seed 001's preprocessing,
+//! done where dO is read anyway: one launch and one pass over dO fewer), then a dK/dV kernel that
+//! walks query tiles and reads it. No atomics: each output element is written by exactly one
+//! program, so the split backward is deterministic.
 //!
-//! Or fused, as FlashAttention-2 and 3 do (`KILN_FLAG_FUSED_BACKWARD`): the preprocessing kernel
-//! also zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K` into it with atomic
-//! adds (no second pass over the keys), and a last kernel scales and rounds it into dQ. The
-//! order of the adds varies, so dQ may differ in its last bits from run to run.
+//! Or fused, as FlashAttention-2 and 3 do (`KILN_FLAG_FUSED_BACKWARD`): a preprocessing kernel
+//! writes delta and zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K` into it
+//! with atomic adds (no second pass over the keys), and a last kernel scales and rounds it into
+//! dQ. The order of the adds varies, so dQ may differ in its last bits from run to run.
 //!
 //! Both gradient kernels recompute `P = exp2(s * log2(e) - lse * log2(e))`, one FFMA and an `exp2`
 //! a score, from the forward's natural-log LSE. A row with LSE = -inf saw no key: it gets `+inf` in
@@ -18,16 +20,10 @@ use super::common::{
     mask_scores, query_block, row_block,
 };
 
-/// `delta[b, h, i] = sum_d dO[b, i, h, d] * O[b, i, h, d]`, in f32; with `ZERO_DQ_ACCUM` (the
-/// fused backward) the same rows of the dQ accumulator are zeroed. Without it, `dq_accum` is
-/// never touched.
+/// The fused backward's preprocessing: `delta = rowsum(dO * O)` of `BLOCK_M` query rows, and the
+/// same rows of the dQ accumulator zeroed.
 #[kernel]
-pub fn attention_bwd_preprocess<
-    T,
-    const HEAD_DIM: usize,
-    const BLOCK_M: usize,
-    const ZERO_DQ_ACCUM: bool,
->(
+pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     o: Ptr<T>,
     d_o: Ptr<T>,
     delta: Ptr<f32>,
@@ -51,20 +47,23 @@ pub fn attention_bwd_preprocess<
         row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
     let do_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
-    let o_tile = load(o_block, [0]).to::<f32>();
-    let do_tile = load(do_block, [0]).to::<f32>();
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     let row_base = batch_head.to::<i64>() * seqlen_q;
     store(
         delta + row_base + offs_m,
-        sum(o_tile * do_tile, 1),
+        row_delta::<T>(load(o_block, [0]), load(do_block, [0])),
         offs_m < seqlen_q,
     );
-    if ZERO_DQ_ACCUM {
-        let accum =
-            dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
-        store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
-    }
+    let accum =
+        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
+    store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
+}
+
+/// `delta[i] = sum_d dO[i, d] * O[i, d]` of a block of rows, in f32: the term each row's `dS`
+/// subtracts (`dS = P * (dP - delta)`).
+#[kernel_fn]
+fn row_delta<T>(o_tile: Tile<T>, do_tile: Tile<T>) -> Tile<f32> {
+    sum(o_tile.to::<f32>() * do_tile.to::<f32>(), 1)
 }
 
 /// dQ of the fused backward for one (query block, batch x query head): `dQ = scale * dq_accum`,
@@ -111,7 +110,8 @@ fn dq_accum_block<const HEAD_DIM: usize, const BLOCK_M: usize>(
     )
 }
 
-/// dQ for one (query block, batch x query head): `dQ = scale * sum_j dS_ij K_j`.
+/// dQ for one (query block, batch x query head): `dQ = scale * sum_j dS_ij K_j`; it also writes
+/// the block's `delta = rowsum(dO * O)`, which it uses and the dK/dV kernel after it reads.
 #[kernel]
 pub fn attention_bwd_dq<
     T,
@@ -123,6 +123,7 @@ pub fn attention_bwd_dq<
     q: Ptr<T>,
     k: Ptr<T>,
     v: Ptr<T>,
+    o: Ptr<T>,
     d_o: Ptr<T>,
     dq: Ptr<T>,
     lse: Ptr<f32>,
@@ -142,6 +143,9 @@ pub fn attention_bwd_dq<
     v_batch_stride: i64,
     v_seq_stride: i64,
     v_head_stride: i64,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
     do_batch_stride: i64,
     do_seq_stride: i64,
     do_head_stride: i64,
@@ -158,10 +162,13 @@ pub fn attention_bwd_dq<
     let head_kv = head / group;
 
     let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
+    let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
     let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
 
     let q_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
+    let o_block =
+        row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
     let do_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
     let (mut k_block, mut v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
@@ -186,7 +193,8 @@ pub fn attention_bwd_dq<
     let row_ok = offs_m < seqlen_q;
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
-    let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
+    let delta_row = row_delta::<T>(load(o_block, [0]), do_tile);
+    store(delta + row_base + offs_m, delta_row, row_ok);
     let lse_neg = -lse_log2(lse_row).expand_dims(1);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let shift = seqlen_k - seqlen_q;

@@ -5,18 +5,18 @@
 //! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`). BLOCK_M counts query rows and BLOCK_N key
 //! rows in every kernel: the forward and dQ hold BLOCK_M query rows per program and stream K/V
 //! in BLOCK_N-row tiles; dK/dV holds BLOCK_N key rows and streams Q/dO in BLOCK_M-row tiles; the
-//! preprocessing kernel has only BLOCK_M.
+//! fused backward's preprocessing and dQ conversion kernels have only BLOCK_M.
 //!
-//! | target | head dim | forward | preprocess | dQ | dK/dV |
-//! | --- | --- | --- | --- | --- | --- |
-//! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64, 4 | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma | 64, 4 | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 64, 4 | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
-//! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64, 4 | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
-//! | sm_80 | 32 | 128 x 64, 4, 2 | 64, 4 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 64, 4 | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
-//! | sm_80 | 128 | 128 x 64, 4, 2 | 64, 4 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
-//! | sm_80 | 256 | 64 x 32, 4, 2 | 64, 4 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
+//! | target | head dim | forward | dQ | dK/dV |
+//! | --- | --- | --- | --- | --- |
+//! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
+//! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
+//! | sm_80 | 128 | 128 x 64, 4, 2 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
+//! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
 //! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
@@ -39,8 +39,8 @@
 //! `CompileOptions::num_stages` for the kernel's streaming loop: shared buffers per streamed tile,
 //! one tile in flight with `cp.async` while the program computes on another.
 //!
-//! The fused backward runs the same preprocessing (which then zeroes the dQ accumulator) and a
-//! dQ conversion (64 rows, 4 warps), and its own dK/dV entry, since that one also holds a dQ
+//! The fused backward runs a preprocessing kernel (delta, and the dQ accumulator zeroed) and a
+//! dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one also holds a dQ
 //! tile and adds it with atomics: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64, and
 //! 64 x 64, 4, 2, wgmma at 128 (`kiln tune --backward fused`, H100, 2026-11-25); elsewhere the
 //! split dK/dV's entry, untuned.
@@ -55,7 +55,8 @@ pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 /// How one kernel is specialised and launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelConfig {
-    /// Query rows per program (forward, preprocess, dQ) or per streamed tile (dK/dV).
+    /// Query rows per program (forward, dQ, the fused backward's preprocessing and dQ
+    /// conversion) or per streamed tile (dK/dV).
     pub block_m: usize,
     /// Key rows per streamed tile (forward, dQ) or per program (dK/dV); `None` for the
     /// preprocessing kernel, which reads no keys.

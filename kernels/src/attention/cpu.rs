@@ -70,8 +70,8 @@ pub struct BackwardOutputs<'a> {
     pub dq_accum: Option<&'a HostBuffer>,
 }
 
-/// Backward as `target` runs it: the preprocessing kernel, then the dQ kernel and the dK/dV
-/// kernel, or with `p.fused_backward` the fused pass and the dQ conversion.
+/// Backward as `target` runs it: the dQ kernel (which writes delta), then the dK/dV kernel, or
+/// with `p.fused_backward` the preprocessing, the fused pass and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
     target: Target,

@@ -296,8 +296,8 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
     ])
 }
 
-/// Launches the backward pass (preprocessing, then dQ and dK/dV, or the fused dK/dV and the dQ
-/// conversion) in `context` on `stream`, after [`check_backward`] and after checking that kiln
+/// Launches the backward pass (dQ, which writes delta, then dK/dV; or fused, the preprocessing,
+/// dK/dV adding into the dQ accumulator, and the dQ conversion) in `context` on `stream`, after [`check_backward`] and after checking that kiln
 /// has kernels for it.
 ///
 /// # Safety
@@ -846,7 +846,7 @@ pub fn backward_with(
     overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     p.check_fields()?;
-    // The preprocessing kernel writes delta and, fused, zeroes the dQ accumulator.
+    // Delta (written by dQ, or fused by the preprocessing, which also zeroes the accumulator).
     let workspace = device.scratch(DType::F32, workspace_bytes(p) / DType::F32.size_bytes())?;
     let at = BackwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,

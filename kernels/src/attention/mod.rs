@@ -219,8 +219,8 @@ impl AttentionParams {
     }
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on
-    /// `wgmma` the forward overlaps its softmax with `P @ V`; for the fused backward the
-    /// preprocessing kernel zeroes the dQ accumulator and dK/dV adds into it.
+    /// `wgmma` the forward overlaps its softmax with `P @ V`; for the fused backward dK/dV adds
+    /// dQ into an accumulator.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -235,7 +235,6 @@ impl AttentionParams {
         };
         match kernel {
             AttentionKernel::Forward => spec.flag("OVERLAP_SOFTMAX", config.wgmma),
-            AttentionKernel::Preprocess => spec.flag("ZERO_DQ_ACCUM", self.fused_backward),
             AttentionKernel::DkDv => spec.flag("ACCUMULATE_DQ", self.fused_backward),
             _ => spec,
         }

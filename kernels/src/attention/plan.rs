@@ -37,26 +37,25 @@ impl AttentionKernel {
         )
     }
 
-    /// Whether the kernel is specialised differently for the fused backward: the preprocessing
-    /// (it zeroes the dQ accumulator) and dK/dV (it adds into it).
+    /// Whether the kernel is specialised differently for the fused backward: dK/dV, which adds
+    /// dQ into an accumulator there. The preprocessing and dQ conversion kernels exist only in
+    /// the fused backward, and dQ only in the split one.
     pub fn differs_when_fused(self) -> bool {
-        matches!(self, AttentionKernel::Preprocess | AttentionKernel::DkDv)
+        self == AttentionKernel::DkDv
     }
 
-    /// The backward's kernels in launch order, split or fused.
-    pub fn backward(fused: bool) -> [AttentionKernel; 3] {
+    /// The backward's kernels in launch order: split, dQ (which also writes delta) and dK/dV;
+    /// fused, the preprocessing (delta, and the dQ accumulator zeroed), dK/dV and the dQ
+    /// conversion.
+    pub fn backward(fused: bool) -> &'static [AttentionKernel] {
         if fused {
-            [
+            &[
                 AttentionKernel::Preprocess,
                 AttentionKernel::DkDv,
                 AttentionKernel::DqConvert,
             ]
         } else {
-            [
-                AttentionKernel::Preprocess,
-                AttentionKernel::Dq,
-                AttentionKernel::DkDv,
-            ]
+            &[AttentionKernel::Dq, AttentionKernel::DkDv]
         }
     }
 
@@ -249,14 +248,14 @@ pub fn forward_with(
     Launch::new(p, AttentionKernel::Forward, target, config, args)
 }
 
-/// The backward pass on `target`, in order, configured as kiln's table says: preprocessing
-/// (delta), then dQ and dK/dV, or with `p.fused_backward` dK/dV adding dQ into an accumulator
-/// (which the preprocessing zeroes) and the dQ conversion.
+/// The backward pass on `target`, in order, configured as kiln's table says: dQ (with delta),
+/// then dK/dV, or with `p.fused_backward` the preprocessing (delta, and the accumulator
+/// zeroed), dK/dV adding dQ into the accumulator, and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,
     target: Target,
-) -> Result<[Launch; 3], AttentionError> {
+) -> Result<Vec<Launch>, AttentionError> {
     Ok(backward_with(p, layouts, target, p.config(target)?))
 }
 
@@ -266,11 +265,14 @@ pub fn backward_with(
     layouts: &BackwardLayouts,
     target: Target,
     config: AttentionConfig,
-) -> [Launch; 3] {
-    AttentionKernel::backward(p.fused_backward).map(|kernel| {
-        let args = backward_args(kernel, p, layouts);
-        Launch::new(p, kernel, target, config.kernel(kernel), args)
-    })
+) -> Vec<Launch> {
+    AttentionKernel::backward(p.fused_backward)
+        .iter()
+        .map(|&kernel| {
+            let args = backward_args(kernel, p, layouts);
+            Launch::new(p, kernel, target, config.kernel(kernel), args)
+        })
+        .collect()
 }
 
 /// The arguments of one of the backward's kernels, in its signature's order.
@@ -293,7 +295,7 @@ fn backward_args(
     };
     match kernel {
         AttentionKernel::Preprocess => {
-            let mut args = buffers(&[Role::O, Role::DO, Role::Delta, dq_accum]);
+            let mut args = buffers(&[Role::O, Role::DO, Role::Delta, Role::DqAccum]);
             args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
             args.extend(strides(layouts.o));
             args.extend(strides(layouts.d_o));
@@ -311,6 +313,7 @@ fn backward_args(
                 Role::Q,
                 Role::K,
                 Role::V,
+                Role::O,
                 Role::DO,
                 Role::Dq,
                 Role::Lse,
@@ -324,7 +327,14 @@ fn backward_args(
                 Arg::I32(p.batch as i32),
                 Arg::I32(p.heads_kv as i32),
             ]);
-            for layout in [layouts.q, layouts.k, layouts.v, layouts.d_o, layouts.dq] {
+            for layout in [
+                layouts.q,
+                layouts.k,
+                layouts.v,
+                layouts.o,
+                layouts.d_o,
+                layouts.dq,
+            ] {
                 args.extend(strides(layout));
             }
             args.push(Arg::F32(p.softmax_scale));

@@ -27,8 +27,8 @@ pub struct Specialisation {
 }
 
 /// Every specialisation kiln ships: for each dtype, head dim and target, the forward and both
-/// backwards' kernels, masked and not where they read keys (the preprocessing and dQ conversion
-/// kernels do not), the preprocessing kernel once for each backward.
+/// backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
+/// and dQ conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
     let mut all = Vec::new();
     for target in Target::ALL {

@@ -789,15 +789,17 @@ fn flag_spec(case: &Case, name: &str) -> bool {
 /// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70, and
 /// 40 x 333, whose key loops run long enough to refill every pipeline buffer), padded strides
 /// (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in [-4, 4)).
-/// The backward kernels get the interpreter's forward outputs (O, LSE) and `delta = rowsum(dO O)`.
+/// The backward kernels get the interpreter's forward outputs (O, LSE), and dK/dV `delta =
+/// rowsum(dO O)`.
 fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
-    // The fused backward's kernels, and its preprocessing (which zeroes the dQ accumulator).
-    let fused_backward = name == "attention_bwd_dq_convert"
-        || flag_spec(case, "ZERO_DQ_ACCUM")
-        || flag_spec(case, "ACCUMULATE_DQ");
+    // The fused backward's kernels: its preprocessing and dQ conversion, and its dK/dV.
+    let fused_backward = matches!(
+        name,
+        "attention_bwd_preprocess" | "attention_bwd_dq_convert"
+    ) || flag_spec(case, "ACCUMULATE_DQ");
     [(70usize, 45usize), (45, 70), (40, 333)]
         .into_iter()
         .map(|(seqlen_q, seqlen_k)| {
@@ -843,7 +845,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                     .find(|launch| launch.kernel.name() == name)
                     .expect("every backward kernel is planned")
             };
-            // The backward kernels read the interpreter's forward outputs and delta = rowsum(dO O).
+            // The backward kernels read the interpreter's forward outputs, dK/dV also delta.
             let (o, lse, delta) = if name == "attention_fwd" {
                 (
                     HostBuffer::poisoned(dtype, q_len),
@@ -864,7 +866,8 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 )
                 .expect("the interpreter runs the forward");
                 let delta = HostBuffer::poisoned(DType::F32, rows);
-                if name != "attention_bwd_preprocess" {
+                // dQ and the preprocessing write delta (so it starts poisoned there).
+                if name == "attention_bwd_dkdv" {
                     for head in 0..p.heads_q {
                         for row in 0..seqlen_q {
                             let at = |d: usize| {

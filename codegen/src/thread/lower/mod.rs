@@ -62,6 +62,7 @@ pub fn lower(
         current_inst: 0,
         loc: None,
         converted: Vec::new(),
+        hoisted: Vec::new(),
         fields: HashMap::new(),
         tid: Reg(0),
         shared_bytes: plan.end,
@@ -146,6 +147,9 @@ pub(super) struct Lowering<'a> {
     loc: Option<Loc>,
     /// The operands of the current op converted to another layout: (value, layout, registers).
     converted: Vec<(Value, Layout, Vec<Reg>)>,
+    /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`), for the
+    /// loop's uses: (value, layout, registers).
+    hoisted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,
     tid: Reg,
@@ -485,6 +489,29 @@ impl Lowering<'_> {
                 match &conversion.kind {
                     ConversionKind::ThroughShared => {
                         let regs = self.convert(inst, conversion.value, &conversion.to)?;
+                        self.converted
+                            .push((conversion.value, conversion.to.clone(), regs));
+                    }
+                    ConversionKind::BeforeLoop => {
+                        let regs = self.convert(inst, conversion.value, &conversion.to)?;
+                        self.hoisted
+                            .push((conversion.value, conversion.to.clone(), regs));
+                    }
+                    ConversionKind::Hoisted => {
+                        let regs = self
+                            .hoisted
+                            .iter()
+                            .find(|(v, to, _)| *v == conversion.value && *to == conversion.to)
+                            .map(|(_, _, regs)| regs.clone())
+                            .ok_or_else(|| {
+                                CodegenError::internal(
+                                    Stage::Thread,
+                                    format!(
+                                        "%{} was not converted before its loop",
+                                        conversion.value.0
+                                    ),
+                                )
+                            })?;
                         self.converted
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
