@@ -22,7 +22,9 @@ use kiln_codegen::{
 };
 use kiln_dsl::prelude::*;
 use kiln_dsl::{Grid, HostBuffer, Kernel, KernelArg, Spec};
-use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig, plan, prebuilt};
+use kiln_kernels::attention::{
+    AttentionKernel, AttentionParams, KernelConfig, KeyLength, plan, prebuilt,
+};
 
 fn blessing() -> bool {
     std::env::var_os("KILN_BLESS").is_some()
@@ -374,8 +376,8 @@ fn accumulates_dq(case: &cases::Case) -> bool {
 /// Block sizes, warps and stages of attention kernel `name` at `head_dim`, causal or not, on
 /// `target`.
 fn attention_config(name: &str, head_dim: usize, causal: bool, target: Target) -> KernelConfig {
-    let p = cases::attention_params(F16, head_dim, causal, 1, 1);
-    p.config(target)
+    table_params(F16, head_dim, causal)
+        .config(target)
         .expect("a shipped head dim")
         .kernel(AttentionKernel::from_name(name).expect("an attention kernel"))
 }
@@ -393,6 +395,13 @@ fn attention_case(
     attention_case_at(name, dtype, head_dim, causal, target, config)
 }
 
+/// An attention call at the sequence lengths the table's own entries are for
+/// ([`KeyLength::Medium`]; some forwards run other blocks for short or long ones).
+fn table_params(dtype: DType, head_dim: usize, causal: bool) -> AttentionParams {
+    let seqlen = KeyLength::Medium.example_seqlen(causal);
+    cases::attention_params(dtype, head_dim, causal, seqlen, seqlen)
+}
+
 /// [`attention_case`] at `config` instead of the table's, named as the shipped specialisation.
 fn attention_case_at(
     name: &str,
@@ -403,7 +412,7 @@ fn attention_case_at(
     config: KernelConfig,
 ) -> cases::Case {
     let kernel = AttentionKernel::from_name(name).expect("an attention kernel");
-    let p = cases::attention_params(dtype, head_dim, causal, 1, 1);
+    let p = table_params(dtype, head_dim, causal);
     cases::Case {
         name: plan::specialisation_name(kernel, &p, target),
         kernel: kernel
@@ -2379,7 +2388,7 @@ fn attention_kernels_compile_in_well_under_a_second() {
         );
         let p = AttentionParams {
             fused_backward,
-            ..cases::attention_params(BF16, 128, true, 1, 1)
+            ..table_params(BF16, 128, true)
         };
         let config = p.config(Target::Sm90a).unwrap().kernel(kernel);
         let options = attention_options(kernel, config, Target::Sm90a);

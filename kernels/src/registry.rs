@@ -4,7 +4,7 @@
 
 use kiln_dsl::{DType, Kernel, KernelSignature, Spec, Target};
 
-use crate::attention::{AttentionKernel, AttentionParams, backward, config, forward};
+use crate::attention::{AttentionKernel, AttentionParams, KeyLength, backward, config, forward};
 use crate::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// One kernel: its signature, its builder and the spec the CLI starts from when given none.
@@ -39,7 +39,8 @@ fn default_attention() -> AttentionParams {
 
 /// `kernel`'s spec for the default call, at sm_90a's block sizes.
 fn attention_spec(kernel: AttentionKernel) -> Spec {
-    let config = config(64, true, false, Target::Sm90a).expect("head dim 64 has kernels");
+    let config =
+        config(64, true, false, Target::Sm90a, KeyLength::Medium).expect("head dim 64 has kernels");
     default_attention().spec(kernel, config.kernel(kernel))
 }
 

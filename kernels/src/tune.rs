@@ -263,19 +263,21 @@ pub fn table(trials: &[Trial]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::config;
+    use crate::attention::{KeyLength, config};
 
     #[test]
     fn the_search_covers_the_sm_90a_table() {
         for head_dim in [64, 128] {
             for (causal, fused) in [(false, false), (true, false), (false, true), (true, true)] {
-                let table = config(head_dim, causal, fused, Target::Sm90a).unwrap();
-                for kernel in AttentionKernel::ALL.into_iter().filter(|k| k.reads_keys()) {
-                    let shipped = table.kernel(kernel);
-                    assert!(
-                        candidates(kernel, Target::Sm90a).contains(&shipped),
-                        "{kernel:?} d{head_dim} (fused backward: {fused}): {shipped}"
-                    );
+                for keys in KeyLength::ALL {
+                    let table = config(head_dim, causal, fused, Target::Sm90a, keys).unwrap();
+                    for kernel in AttentionKernel::ALL.into_iter().filter(|k| k.reads_keys()) {
+                        let shipped = table.kernel(kernel);
+                        assert!(
+                            candidates(kernel, Target::Sm90a).contains(&shipped),
+                            "{kernel:?} d{head_dim} {keys:?} (fused backward: {fused}): {shipped}"
+                        );
+                    }
                 }
             }
         }

@@ -8,17 +8,29 @@ use std::process::Command;
 
 use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::plan::{self, BackwardLayouts, ForwardLayouts};
-use kiln_kernels::attention::{AttentionParams, HEAD_DIMS, Layout, prebuilt};
+use kiln_kernels::attention::{AttentionParams, HEAD_DIMS, KeyLength, Layout, config, prebuilt};
 use kiln_runtime::ParamType;
 
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
     // Forward, dQ, dK/dV and the fused pass with and without the mask; the fused backward's
-    // preprocessing and dQ conversion without.
+    // preprocessing and dQ conversion without; and each forward whose blocks for short or long
+    // sequences are not its entry's own.
+    let by_length = Target::ALL
+        .into_iter()
+        .flat_map(|t| HEAD_DIMS.map(move |d| (t, d)))
+        .flat_map(|(t, d)| [false, true].map(move |c| (t, d, c)))
+        .flat_map(|(t, d, c)| [KeyLength::Short, KeyLength::Long].map(move |k| (t, d, c, k)))
+        .filter(|&(t, d, c, k)| {
+            let forward = |k| config(d, c, false, t, k).unwrap().forward;
+            forward(k) != forward(KeyLength::Medium)
+        })
+        .count();
+    assert!(by_length > 0, "the table has blocks by sequence length");
     assert_eq!(
         shipped.len(),
-        Target::ALL.len() * prebuilt::DTYPES.len() * HEAD_DIMS.len() * (4 * 2 + 2)
+        prebuilt::DTYPES.len() * (Target::ALL.len() * HEAD_DIMS.len() * (4 * 2 + 2) + by_length)
     );
     let names: BTreeSet<&str> = shipped.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
@@ -52,6 +64,7 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     }
 }
 
+/// Ragged lengths in each range the table tells apart: short, medium, long (and long causal).
 #[test]
 fn every_planned_launch_finds_its_ptx() {
     for target in Target::ALL {
@@ -59,36 +72,41 @@ fn every_planned_launch_finds_its_ptx() {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
                     for fused_backward in [false, true] {
-                        let p = AttentionParams {
-                            dtype,
-                            batch: 3,
-                            seqlen_q: 333,
-                            seqlen_k: 1000,
-                            heads_q: 8,
-                            heads_kv: 2,
-                            head_dim,
-                            causal,
-                            softmax_scale: 0.1,
-                            fused_backward,
-                        };
-                        let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
-                        let k = Layout::contiguous(p.seqlen_k, p.heads_kv, head_dim);
-                        let forward =
-                            plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
-                                .expect("a valid call");
-                        let layouts = BackwardLayouts {
-                            q,
-                            k,
-                            v: k,
-                            o: q,
-                            d_o: q,
-                            dq: q,
-                            dk: k,
-                            dv: k,
-                        };
-                        let backward = plan::backward(&p, &layouts, target).expect("a valid call");
-                        for launch in std::iter::once(forward).chain(backward) {
-                            assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
+                        for (seqlen_q, seqlen_k) in
+                            [(333, 1000), (100, 300), (333, 9000), (9000, 17000)]
+                        {
+                            let p = AttentionParams {
+                                dtype,
+                                batch: 3,
+                                seqlen_q,
+                                seqlen_k,
+                                heads_q: 8,
+                                heads_kv: 2,
+                                head_dim,
+                                causal,
+                                softmax_scale: 0.1,
+                                fused_backward,
+                            };
+                            let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
+                            let k = Layout::contiguous(p.seqlen_k, p.heads_kv, head_dim);
+                            let forward =
+                                plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
+                                    .expect("a valid call");
+                            let layouts = BackwardLayouts {
+                                q,
+                                k,
+                                v: k,
+                                o: q,
+                                d_o: q,
+                                dq: q,
+                                dk: k,
+                                dv: k,
+                            };
+                            let backward =
+                                plan::backward(&p, &layouts, target).expect("a valid call");
+                            for launch in std::iter::once(forward).chain(backward) {
+                                assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
+                            }
                         }
                     }
                 }

@@ -10,13 +10,18 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma (causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
 //! | sm_80 | 128 | 128 x 64, 4, 2 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
+//!
+//! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
+//! 8192 (causal, half the keys), where other forward blocks than the entry's own measured faster;
+//! each ships as a specialisation of its own (`_short`, `_long`) and the launch picks it by
+//! `seqlen_q` and `seqlen_k`.
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
 //! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
@@ -178,13 +183,70 @@ impl AttentionConfig {
     }
 }
 
+/// How many keys a forward program streams, in the ranges the table tells apart. A program's
+/// prologue and epilogue weigh most where it streams few key blocks, where small blocks, several
+/// programs an SM, hide them best; over many, larger blocks win. Causal, a program streams half
+/// the keys on average.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyLength {
+    /// Up to [`KeyLength::SHORT_UP_TO`] keys a program on average.
+    Short,
+    /// What the table's entries were tuned at (seqlen 4k).
+    Medium,
+    /// From [`KeyLength::LONG_FROM`] keys a program on average.
+    Long,
+}
+
+impl KeyLength {
+    pub const ALL: [KeyLength; 3] = [KeyLength::Short, KeyLength::Medium, KeyLength::Long];
+    pub const SHORT_UP_TO: usize = 512;
+    pub const LONG_FROM: usize = 8192;
+
+    /// The range of a call: by its keys, or causal by `seqlen_k - seqlen_q / 2`, what a query
+    /// row sees on average (the mask is aligned bottom-right).
+    pub fn of(seqlen_q: usize, seqlen_k: usize, causal: bool) -> KeyLength {
+        let keys = if causal {
+            seqlen_k.saturating_sub(seqlen_q / 2)
+        } else {
+            seqlen_k
+        };
+        if keys <= KeyLength::SHORT_UP_TO {
+            KeyLength::Short
+        } else if keys >= KeyLength::LONG_FROM {
+            KeyLength::Long
+        } else {
+            KeyLength::Medium
+        }
+    }
+
+    /// A sequence length (query and key) in this range, causal or not.
+    pub fn example_seqlen(self, causal: bool) -> usize {
+        let keys = match self {
+            KeyLength::Short => KeyLength::SHORT_UP_TO,
+            KeyLength::Medium => 4096,
+            KeyLength::Long => KeyLength::LONG_FROM,
+        };
+        if causal { 2 * keys } else { keys }
+    }
+
+    /// What a specialisation's name says of the range: nothing for the table's own entry.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            KeyLength::Short => "_short",
+            KeyLength::Medium => "",
+            KeyLength::Long => "_long",
+        }
+    }
+}
+
 /// The configuration for `head_dim`, causal or not, for the split or the fused backward, on
-/// `target`, or `None` if kiln has no attention kernel for that head dim.
+/// `target`, for calls of `keys`, or `None` if kiln has no attention kernel for that head dim.
 pub fn config(
     head_dim: usize,
     causal: bool,
     fused_backward: bool,
     target: Target,
+    keys: KeyLength,
 ) -> Option<AttentionConfig> {
     let preprocess = KernelConfig {
         block_m: 64,
@@ -254,6 +316,16 @@ pub fn config(
         (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };
+    // Where other blocks measured faster for short or long sequences (`kiln tune --seqlen`,
+    // sustained timing, H200, docs/PERF.md, 2026-11-26, eighth session): D64's forward in
+    // 256 x 64 of 16 warps from 8k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
+    // causal 1.04x at 16k; 0.94-0.96x at 4k), D128's causal one in 64 x 64 of one warpgroup
+    // up to 512 (1.04x at 1k; 0.93x at 2k).
+    let forward = match (target, head_dim, causal, keys) {
+        (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
+        (Target::Sm90a, 128, true, KeyLength::Short) => c(64, 64, 4, 2).on_wgmma(),
+        _ => forward,
+    };
     let dkdv = match (fused_backward, target, head_dim) {
         // `kiln tune --backward fused --kernels attention_bwd_dkdv` on an H100, bf16, seqlen
         // 4096 (docs/PERF.md, 2026-11-25).
@@ -279,7 +351,10 @@ pub fn all_block_sizes() -> Vec<usize> {
         .flat_map(|target| {
             HEAD_DIMS.iter().flat_map(move |&d| {
                 [(false, false), (true, false), (false, true), (true, true)]
-                    .map(|(causal, fused)| config(d, causal, fused, target))
+                    .into_iter()
+                    .flat_map(move |(causal, fused)| {
+                        KeyLength::ALL.map(|keys| config(d, causal, fused, target, keys))
+                    })
             })
         })
         .flatten()
@@ -309,10 +384,38 @@ mod tests {
     }
 
     #[test]
+    fn key_lengths_split_at_what_a_program_streams() {
+        use KeyLength::*;
+        assert_eq!(KeyLength::of(512, 512, false), Short);
+        assert_eq!(KeyLength::of(513, 513, false), Medium);
+        assert_eq!(KeyLength::of(8191, 8191, false), Medium);
+        assert_eq!(KeyLength::of(8192, 8192, false), Long);
+        // Causal, a row sees `seqlen_k - seqlen_q / 2` keys on average.
+        assert_eq!(KeyLength::of(1024, 1024, true), Short);
+        assert_eq!(KeyLength::of(1026, 1026, true), Medium);
+        assert_eq!(KeyLength::of(8192, 8192, true), Medium);
+        assert_eq!(KeyLength::of(16384, 16384, true), Long);
+        assert_eq!(KeyLength::of(100, 8300, true), Long);
+        // More queries than keys: rows past the keys see them all or none.
+        assert_eq!(KeyLength::of(20000, 100, true), Short);
+        for keys in KeyLength::ALL {
+            for causal in [false, true] {
+                let n = keys.example_seqlen(causal);
+                assert_eq!(
+                    KeyLength::of(n, n, causal),
+                    keys,
+                    "{keys:?} causal {causal}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn every_head_dim_has_a_configuration_on_every_target() {
         for target in Target::ALL {
             for head_dim in HEAD_DIMS {
-                let c = config(head_dim, false, false, target).expect("a configuration");
+                let c = config(head_dim, false, false, target, KeyLength::Medium)
+                    .expect("a configuration");
                 for kernel in AttentionKernel::ALL {
                     assert_eq!(
                         c.kernel(kernel).block_n.is_some(),
@@ -322,6 +425,9 @@ mod tests {
                 }
             }
         }
-        assert_eq!(config(96, false, false, Target::Sm80), None);
+        assert_eq!(
+            config(96, false, false, Target::Sm80, KeyLength::Medium),
+            None
+        );
     }
 }

@@ -21,7 +21,7 @@ use std::fmt;
 
 use kiln_dsl::{HostBuffer, Spec};
 
-pub use config::{AttentionConfig, HEAD_DIMS, KernelConfig, config};
+pub use config::{AttentionConfig, HEAD_DIMS, KernelConfig, KeyLength, config};
 // What a call names, so that a caller needs no other kiln crate.
 pub use kiln_dsl::{DType, Target};
 pub use plan::AttentionKernel;
@@ -212,10 +212,19 @@ impl AttentionParams {
     /// The kernels' configuration on `target` for this call, after [`Self::validate`].
     pub fn config(&self, target: Target) -> Result<AttentionConfig, AttentionError> {
         self.validate()?;
-        Ok(
-            config(self.head_dim, self.causal, self.fused_backward, target)
-                .expect("the table covers every head dim in HEAD_DIMS"),
+        Ok(config(
+            self.head_dim,
+            self.causal,
+            self.fused_backward,
+            target,
+            self.key_length(),
         )
+        .expect("the table covers every head dim in HEAD_DIMS"))
+    }
+
+    /// The range of sequence lengths the table places this call in.
+    pub fn key_length(&self) -> KeyLength {
+        KeyLength::of(self.seqlen_q, self.seqlen_k, self.causal)
     }
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on

@@ -5,7 +5,8 @@
 use kiln_dsl::{Kernel, Spec, Target};
 
 use super::{
-    AttentionConfig, AttentionError, AttentionParams, KernelConfig, Layout, backward, forward,
+    AttentionConfig, AttentionError, AttentionParams, KernelConfig, KeyLength, Layout, backward,
+    config, forward,
 };
 
 /// One of the attention kernels: the forward; the backward's preprocessing and dK/dV; the
@@ -121,7 +122,8 @@ pub enum Arg {
 /// The name of `kernel`'s specialisation for calls like `p` on `target`, such as
 /// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The kernels
 /// that read no keys have no mask, so their names have none; those of the fused backward that
-/// differ from the split one's are `_fused`.
+/// differ from the split one's are `_fused`; a forward in other blocks for short or long
+/// sequences than the table's own entry is `_short` or `_long` ([`KeyLength`]).
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
     let mask = if p.causal && kernel.reads_keys() {
         "_causal"
@@ -133,8 +135,18 @@ pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target:
     } else {
         ""
     };
+    // A forward whose blocks for this call's sequence lengths are not the table's own entry's.
+    let keys = p.key_length();
+    let blocks = |keys| {
+        config(p.head_dim, p.causal, p.fused_backward, target, keys).map(|c| c.kernel(kernel))
+    };
+    let keys = if blocks(keys) == blocks(KeyLength::Medium) {
+        ""
+    } else {
+        keys.suffix()
+    };
     format!(
-        "{}_{}_d{}{mask}{fused}_{target}",
+        "{}_{}_d{}{mask}{fused}{keys}_{target}",
         kernel.name(),
         p.dtype,
         p.head_dim

@@ -7,7 +7,7 @@
 use kiln_dsl::{DType, Spec, Target};
 
 use super::plan::{self, AttentionKernel};
-use super::{AttentionParams, HEAD_DIMS, KernelConfig};
+use super::{AttentionParams, HEAD_DIMS, KernelConfig, KeyLength};
 
 #[path = "../../ptx/mod.rs"]
 mod table;
@@ -26,45 +26,53 @@ pub struct Specialisation {
     pub spec: Spec,
 }
 
-/// Every specialisation kiln ships: for each dtype, head dim and target, the forward and both
-/// backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
+/// Every specialisation kiln ships: for each dtype, head dim and target, the forward (in each of
+/// its blocks by sequence length) and both backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
 /// and dQ conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
-    let mut all = Vec::new();
+    let mut all: Vec<Specialisation> = Vec::new();
     for target in Target::ALL {
         for dtype in DTYPES {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
                     for fused_backward in [false, true] {
-                        let p = AttentionParams {
-                            dtype,
-                            batch: 1,
-                            seqlen_q: 1,
-                            seqlen_k: 1,
-                            heads_q: 1,
-                            heads_kv: 1,
-                            head_dim,
-                            causal,
-                            softmax_scale: 1.0,
-                            fused_backward,
-                        };
-                        let config = p.config(target).expect("a shipped head dim");
-                        let mut kernels = AttentionKernel::backward(fused_backward).to_vec();
-                        if !fused_backward {
-                            kernels.insert(0, AttentionKernel::Forward);
-                        }
-                        for kernel in kernels {
-                            if causal && !kernel.reads_keys() {
-                                continue;
+                        for keys in KeyLength::ALL {
+                            let seqlen = keys.example_seqlen(causal);
+                            let p = AttentionParams {
+                                dtype,
+                                batch: 1,
+                                seqlen_q: seqlen,
+                                seqlen_k: seqlen,
+                                heads_q: 1,
+                                heads_kv: 1,
+                                head_dim,
+                                causal,
+                                softmax_scale: 1.0,
+                                fused_backward,
+                            };
+                            let config = p.config(target).expect("a shipped head dim");
+                            let mut kernels = AttentionKernel::backward(fused_backward).to_vec();
+                            if !fused_backward {
+                                kernels.insert(0, AttentionKernel::Forward);
                             }
-                            let config = config.kernel(kernel);
-                            all.push(Specialisation {
-                                name: plan::specialisation_name(kernel, &p, target),
-                                kernel,
-                                target,
-                                config,
-                                spec: p.spec(kernel, config),
-                            });
+                            for kernel in kernels {
+                                if causal && !kernel.reads_keys() {
+                                    continue;
+                                }
+                                // Most kernels are the same at every sequence length.
+                                let name = plan::specialisation_name(kernel, &p, target);
+                                if all.iter().any(|s| s.name == name) {
+                                    continue;
+                                }
+                                let config = config.kernel(kernel);
+                                all.push(Specialisation {
+                                    name,
+                                    kernel,
+                                    target,
+                                    config,
+                                    spec: p.spec(kernel, config),
+                                });
+                            }
                         }
                     }
                 }

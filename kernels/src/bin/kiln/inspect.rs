@@ -5,7 +5,9 @@
 use std::fmt;
 
 use kiln_dsl::{Kernel, Spec, SpecValue, Target};
-use kiln_kernels::attention::{self, AttentionKernel, HEAD_DIMS, KernelConfig, prebuilt};
+use kiln_kernels::attention::{
+    self, AttentionKernel, HEAD_DIMS, KernelConfig, KeyLength, prebuilt,
+};
 use kiln_kernels::registry::{self, KernelEntry};
 
 use crate::{emit, params, tools};
@@ -266,7 +268,7 @@ fn table_entry(
     // adding dQ runs in the fused backward, whose table may differ.
     let flag = |name| matches!(spec.get(name), Some(SpecValue::Bool(true)));
     let (causal, fused) = (flag("CAUSAL"), flag("ACCUMULATE_DQ"));
-    let Some(config) = attention::config(head_dim, causal, fused, target) else {
+    let Some(config) = attention::config(head_dim, causal, fused, target, KeyLength::Medium) else {
         eprintln!(
             "note: kiln's table has no attention configuration at head dims other than {HEAD_DIMS:?}"
         );
