@@ -30,17 +30,22 @@ fn spec(blocks: Option<(i64, i64)>, causal: bool) -> Spec {
 
 #[test]
 fn forward_causal_f16_d64() {
-    let spec = spec(Some((128, 64)), true).flag("OVERLAP_SOFTMAX", false);
+    let spec = spec(Some((128, 64)), true)
+        .flag("OVERLAP_SOFTMAX", false)
+        .flag("LAST_BLOCK_APART", false);
     golden(
         "attention_fwd",
         forward::attention_fwd::build(&spec).unwrap(),
     );
 }
 
-/// The forward as it runs on `wgmma`: the next block's scores issued beside `P @ V`.
+/// The forward as it runs on `wgmma`: the next block's scores issued beside `P @ V`, the last
+/// block's `P @ V` after the loops.
 #[test]
 fn forward_overlapped_causal_f16_d64() {
-    let spec = spec(Some((128, 64)), true).flag("OVERLAP_SOFTMAX", true);
+    let spec = spec(Some((128, 64)), true)
+        .flag("OVERLAP_SOFTMAX", true)
+        .flag("LAST_BLOCK_APART", true);
     golden(
         "attention_fwd_overlapped",
         forward::attention_fwd::build(&spec).unwrap(),

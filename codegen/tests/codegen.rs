@@ -1343,12 +1343,13 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
     let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
-    // Q (128 x 128), the first K tile (128 x 128, before the loop that overlaps the softmax),
-    // and two buffers each of K and V (128 x 128), bf16; 1024-byte aligned for `wgmma`'s
-    // swizzle; then the buffers' `full` and `empty` TMA barriers (8 bytes each), padded to 128.
+    // Q (128 x 128), the first K tile and the last V tile (128 x 128, before and after the loops
+    // that overlap the softmax), and two buffers each of K and V (128 x 128), bf16; 1024-byte
+    // aligned for `wgmma`'s swizzle; then the buffers' `full` and `empty` TMA barriers (8 bytes
+    // each), padded to 128.
     assert_eq!(
         compiled.dynamic_shared_bytes(),
-        (128 + 128 + 2 * (128 + 128)) * 128 * 2 + 128
+        (128 + 128 + 128 + 2 * (128 + 128)) * 128 * 2 + 128
     );
     assert!(
         compiled
@@ -1647,8 +1648,8 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
         .filter(|&n| lines[n - 1].contains("dot("))
         .collect();
     // The overlapped loops' (the first block's QK^T, then the next one's and PV in each of the
-    // unmasked and the masked loop), then the plain loop's.
-    assert_eq!(dot_lines.len(), 7, "QK^T and PV in each loop");
+    // unmasked and the masked loop, then the last block's PV), then the plain loop's.
+    assert_eq!(dot_lines.len(), 8, "QK^T and PV in each loop");
     let mut at = None;
     let mut mma_lines = Vec::new();
     for line in ptx.lines() {
@@ -1666,7 +1667,7 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     mma_lines.dedup();
     assert_eq!(
         mma_lines,
-        dot_lines[5..],
+        dot_lines[6..],
         "the lines of the mma.syncs' .loc: the plain loop's"
     );
     // The ops inlined from `#[kernel_fn]`s point at their own file.

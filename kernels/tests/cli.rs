@@ -80,7 +80,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, OVERLAP_SOFTMAX = true, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, LAST_BLOCK_APART = true, OVERLAP_SOFTMAX = true, T = f16>"
         ),
         "{out}"
     );
@@ -157,7 +157,7 @@ fn compiler_stages_need_the_codegen_feature() {
         let out = succeeds(&mut kiln(&["ptx", "softmax_rows"]));
         assert!(out.contains(".visible .entry softmax_rows("), "{out}");
         // The forward on wgmma, its softmax overlapped: the spec is the user's to give.
-        let spec = "HEAD_DIM=64,OVERLAP_SOFTMAX=true";
+        let spec = "HEAD_DIM=64,OVERLAP_SOFTMAX=true,LAST_BLOCK_APART=true";
         let out = succeeds(&mut kiln(&[
             "ptx",
             "attention_fwd",

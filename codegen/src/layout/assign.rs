@@ -514,9 +514,12 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             .entry(root)
             .or_insert_with(|| coalesced(root, shape));
     }
+    // A value dead-code removal took out (a constant branch's tile not taken) has none.
+    let defined = super::divisibility::defined_in(&kernel.body);
     let mut layouts: Vec<Option<Layout>> = (0..count)
         .map(|index| {
-            is_tile(kernel, Value(index as u32))
+            let value = Value(index as u32);
+            (is_tile(kernel, value) && defined.contains(&value))
                 .then(|| class_layout.get(&classes.find(index)).cloned())
                 .flatten()
         })

@@ -14,8 +14,11 @@
 //! are waited for only where their results are used (in the PTX; ptxas moves the wait for
 //! `P @ V` up to the row max, docs/PERF.md). The loop then runs one block ahead and
 //! carries P. It is two loops with one body, as a branch in it would make ptxas wait for every
-//! `wgmma`: the first while the next block needs no mask, the second masking every block (its
-//! last iteration scores a block past the end, which the mask empties).
+//! `wgmma`: the first while the next block needs no mask, the second masking every block. With
+//! `LAST_BLOCK_APART` the last block's `P @ V` comes after them, its V tile loaded beside Q
+//! (one more V tile in shared memory); without, the second loop's last iteration also scores a
+//! block past the end, which the mask empties: work for nothing, up to 10% of a program of 8
+//! key blocks (docs/PERF.md, 2026-11-26, eighth session).
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -32,6 +35,7 @@ pub fn attention_fwd<
     const BLOCK_N: usize,
     const CAUSAL: bool,
     const OVERLAP_SOFTMAX: bool,
+    const LAST_BLOCK_APART: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -98,15 +102,27 @@ pub fn attention_fwd<
     // the unmasked one ending a block early. Their bounds and blocks are computed before Q's
     // load: kiln-codegen issues the first loop's copies as soon as what they need exists, so
     // its first K and V tiles load beside Q and the first block's scores.
+    // With LAST_BLOCK_APART they stop before the last block, from `loops_end` on.
     let k_first = k_block;
     let mut unmasked_end = full_end;
+    let mut loops_end = end_n;
     if OVERLAP_SOFTMAX {
         k_block = advance(k_block, [BLOCK_N, 0]);
         unmasked_end = maximum(full_end - BLOCK_N, 0);
+        if LAST_BLOCK_APART {
+            loops_end = maximum(cdiv(end_n, BLOCK_N) - 1, 0) * BLOCK_N;
+        }
     }
     let scale = softmax_scale * f32::consts::LOG2_E;
     let q_sign = where_(scale < 0.0, -1.0, 1.0);
-    let q_tile = (load(q_block, [0]).to::<f32>() * q_sign).to::<T>();
+    let q_loaded = load(q_block, [0]);
+    // Loaded beside Q, so that their latencies overlap.
+    let v_last = if OVERLAP_SOFTMAX && LAST_BLOCK_APART {
+        load(advance(v_block, [loops_end, 0]), [0])
+    } else {
+        zeros([BLOCK_N, HEAD_DIM], T)
+    };
+    let q_tile = (q_loaded.to::<f32>() * q_sign).to::<T>();
     let qk_scale = maximum(abs(scale), f32::MIN_POSITIVE);
 
     let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
@@ -142,7 +158,7 @@ pub fn attention_fwd<
             k_block = advance(k_block, [BLOCK_N, 0]);
             v_block = advance(v_block, [BLOCK_N, 0]);
         }
-        for start_n in (unmasked_end..end_n).step_by(BLOCK_N) {
+        for start_n in (unmasked_end..loops_end).step_by(BLOCK_N) {
             let qk = dot(q_tile, trans(load(k_block, [0])));
             acc = dot(p_t, load(v_block, [0]), acc);
             let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
@@ -154,6 +170,9 @@ pub fn attention_fwd<
             p_t = p.to::<T>();
             k_block = advance(k_block, [BLOCK_N, 0]);
             v_block = advance(v_block, [BLOCK_N, 0]);
+        }
+        if LAST_BLOCK_APART {
+            acc = dot(p_t, v_last, acc);
         }
     } else {
         for start_n in (0..end_n).step_by(BLOCK_N) {

@@ -243,7 +243,9 @@ impl AttentionParams {
                 .flag("CAUSAL", self.causal),
         };
         match kernel {
-            AttentionKernel::Forward => spec.flag("OVERLAP_SOFTMAX", config.wgmma),
+            AttentionKernel::Forward => forward_flags(self.head_dim, config)
+                .into_iter()
+                .fold(spec, |spec, (name, on)| spec.flag(name, on)),
             AttentionKernel::DkDv => spec.flag("ACCUMULATE_DQ", self.fused_backward),
             _ => spec,
         }
@@ -263,6 +265,21 @@ impl AttentionParams {
             0
         }
     }
+}
+
+/// The forward's flags at `head_dim` in `config`: on `wgmma` it overlaps its softmax with
+/// `P @ V` and, at head dims 32 and 128, does the last block's `P @ V` after its loops, which
+/// takes one more V tile of shared memory: there 1.02-1.11x at 1k, 1.0-1.07x at 4k and 16k
+/// (interleaved A/B, H200, docs/PERF.md, 2026-11-26, eighth session). At 64 the tile costs the
+/// 64 x 64 blocks one of their four programs an SM (0.97-0.98x); at 256 it is not measured.
+pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 2] {
+    [
+        ("OVERLAP_SOFTMAX", config.wgmma),
+        (
+            "LAST_BLOCK_APART",
+            config.wgmma && matches!(head_dim, 32 | 128),
+        ),
+    ]
 }
 
 /// Strides, in elements, of a `[batch, seqlen, heads, head_dim]` tensor whose head_dim is contiguous.

@@ -279,7 +279,9 @@ fn table_entry(
     let mut from_table = vec![("BLOCK_M", Some(block(config.block_m)))];
     from_table.push(("BLOCK_N", config.block_n.map(block)));
     if kernel == AttentionKernel::Forward {
-        from_table.push(("OVERLAP_SOFTMAX", Some(SpecValue::Bool(config.wgmma))));
+        for (flag, on) in attention::forward_flags(head_dim, config) {
+            from_table.push((flag, Some(SpecValue::Bool(on))));
+        }
     }
     for (param, shipped) in from_table {
         let Some(shipped) = shipped else { continue };
