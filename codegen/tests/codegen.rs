@@ -231,6 +231,111 @@ fn layout_converts_a_loop_invariant_value_before_the_loop() {
     }
 }
 
+/// Row sums of X (a reduction in X's load layout) added to the rows of a product inside loops:
+/// in an `if` of a loop, in a loop nested in it, and in a sibling loop after it. Each use needs
+/// the sums in the product's row layout.
+#[kernel]
+fn row_sums_in_loops(x: Ptr<f16>, y: Ptr<f16>, out: Ptr<f32>, n: i32) {
+    let x_block = make_block_ptr(x, [64, 32], [32, 1], [0, 0], [64, 32], [1, 0]);
+    let y_block = make_block_ptr(y, [32, 32], [32, 1], [0, 0], [32, 32], [1, 0]);
+    let x_tile = load(x_block, [0, 1]);
+    let y_tile = load(y_block, [0, 1]);
+    let rows = sum(x_tile.to::<f32>(), 1);
+    let mut acc = zeros([64, 32], f32);
+    for i in 0..n {
+        acc = dot(x_tile, y_tile, acc);
+        if i % 2 == 0 {
+            acc = acc + rows.expand_dims(1);
+        }
+        for _ in 0..2 {
+            acc = acc - rows.expand_dims(1) * 0.5;
+        }
+    }
+    for _ in 0..n {
+        acc = acc + rows.expand_dims(1);
+    }
+    let out_block = make_block_ptr(out, [64, 32], [32, 1], [0, 0], [64, 32], [1, 0]);
+    store(out_block, acc, [0, 1]);
+}
+
+/// The row sums are converted once before each outer loop, not in any loop (an `if` or a nested
+/// loop in a loop takes the outer loop's; a sibling loop has its own), and the program computes
+/// what an f64 reference does, on both targets (the emulator).
+#[test]
+fn loop_invariant_conversions_run_before_the_outermost_loop() {
+    let kernel = row_sums_in_loops::build(&Spec::new()).unwrap();
+    let x: Vec<f64> = (0..64 * 32)
+        .map(|i| ((i * 7 % 23) as f64 - 11.0) / 16.0)
+        .collect();
+    let y: Vec<f64> = (0..32 * 32)
+        .map(|i| ((i * 5 % 19) as f64 - 9.0) / 16.0)
+        .collect();
+    let n: i32 = 3;
+    let mut expected = vec![0.0; 64 * 32];
+    for r in 0..64 {
+        let row: f64 = (0..32).map(|k| x[r * 32 + k]).sum();
+        for c in 0..32 {
+            let product: f64 = (0..32).map(|k| x[r * 32 + k] * y[k * 32 + c]).sum();
+            // n products, the sums added on even iterations, subtracted on every one, then
+            // added once a sibling iteration.
+            let even = ((n + 1) / 2) as f64;
+            expected[r * 32 + c] =
+                n as f64 * product + even * row - n as f64 * row + n as f64 * row;
+        }
+    }
+    for target in Target::ALL {
+        let options = CompileOptions::new(target, 4);
+        let compiled = compile(&kernel, &options).unwrap();
+        let layout = compiled.stage(Stage::Layout).to_string();
+        let lines: Vec<&str> = layout.lines().collect();
+        let rows = lines
+            .iter()
+            .find(|l| l.contains("= reduce_sum"))
+            .and_then(|l| l.split(" = ").next())
+            .map(str::trim)
+            .expect("the row sums");
+        let mut depth = 0usize;
+        let mut before_loops = 0;
+        for line in &lines {
+            if line
+                .trim_start()
+                .starts_with(&format!("convert_layout {rows} "))
+            {
+                assert_eq!(depth, 0, "{target}: converted in a loop:\n{layout}");
+                before_loops += 1;
+            }
+            if line.contains(" = for ") || line.trim_start().starts_with("for ") {
+                depth += 1;
+            }
+            if line.trim() == "}" && depth > 0 {
+                depth -= 1;
+            }
+        }
+        assert_eq!(
+            before_loops, 2,
+            "{target}: one before each outer loop:\n{layout}"
+        );
+        let program = thread_program(&kernel, &options).unwrap();
+        let x_buffer = HostBuffer::from_f64(F16, &x);
+        let y_buffer = HostBuffer::from_f64(F16, &y);
+        let out = HostBuffer::poisoned(F32, 64 * 32);
+        let args = [
+            KernelArg::Buffer(&x_buffer),
+            KernelArg::Buffer(&y_buffer),
+            KernelArg::Buffer(&out),
+            KernelArg::I32(n),
+        ];
+        emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
+        for (i, want) in expected.iter().enumerate() {
+            let got = out.read_float(i) as f64;
+            assert!(
+                (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+                "{target}: out[{i}] = {got}, expected {want}"
+            );
+        }
+    }
+}
+
 /// The thread program of small kernels, as text: positions from thread ids, predicated
 /// accesses, a reduction's shuffles and shared-memory round, a conversion's barriers.
 #[test]
@@ -1649,7 +1754,7 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
         .collect();
     // The overlapped loops' (the first block's QK^T, then the next one's and PV in each of the
     // unmasked and the masked loop, then the last block's PV), then the plain loop's.
-    assert_eq!(dot_lines.len(), 8, "QK^T and PV in each loop");
+    assert_eq!(dot_lines.len(), 8, "the forward's dot lines");
     let mut at = None;
     let mut mma_lines = Vec::new();
     for line in ptx.lines() {

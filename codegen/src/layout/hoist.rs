@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use kiln_dsl::ir::{Kernel, Op, Region, Value};
 
 use super::divisibility::defined_in;
-use super::{Conversion, ConversionKind, LayoutAssignment, nested_regions};
+use super::{Conversion, ConversionKind, Layout, LayoutAssignment, nested_regions};
 
 /// Moves every register-to-register conversion of a value a loop does not define to before
 /// that loop: [`ConversionKind::BeforeLoop`] at the `for`, [`ConversionKind::Hoisted`] where
@@ -17,14 +17,20 @@ use super::{Conversion, ConversionKind, LayoutAssignment, nested_regions};
 pub(super) fn apply(kernel: &Kernel, assignment: &mut LayoutAssignment) {
     let mut loops = Vec::new();
     let mut moves = Vec::new();
-    find(&kernel.body, &mut 0, &mut loops, assignment, &mut moves);
-    for (at, value, to, target) in moves {
+    collect_moves(&kernel.body, &mut 0, &mut loops, assignment, &mut moves);
+    for Move {
+        at,
+        value,
+        to,
+        before,
+    } in moves
+    {
         for conversion in assignment.conversions.entry(at).or_default() {
             if conversion.value == value && conversion.to == to {
                 conversion.kind = ConversionKind::Hoisted;
             }
         }
-        let before = assignment.conversions.entry(target).or_default();
+        let before = assignment.conversions.entry(before).or_default();
         if !before.iter().any(|c| c.value == value && c.to == to) {
             before.push(Conversion {
                 value,
@@ -35,20 +41,28 @@ pub(super) fn apply(kernel: &Kernel, assignment: &mut LayoutAssignment) {
     }
 }
 
+/// A conversion to move: where it is (pre-order index), of what, to which layout, and the
+/// `for` it goes before.
+struct Move {
+    at: usize,
+    value: Value,
+    to: Layout,
+    before: usize,
+}
+
 /// An enclosing loop: its `for`'s pre-order index and the values its body defines.
 struct Loop {
     index: usize,
     defines: BTreeSet<Value>,
 }
 
-/// Walks `region` in pre-order, recording for each conversion to move: where it is, the value
-/// and layout, and the `for` to move it before.
-fn find(
+/// Walks `region` in pre-order, recording each conversion to move.
+fn collect_moves(
     region: &Region,
     next: &mut usize,
     loops: &mut Vec<Loop>,
     assignment: &LayoutAssignment,
-    moves: &mut Vec<(usize, Value, super::Layout, usize)>,
+    moves: &mut Vec<Move>,
 ) {
     for inst in &region.insts {
         let index = *next;
@@ -63,7 +77,12 @@ fn find(
                 .iter()
                 .find(|l| !l.defines.contains(&conversion.value))
             {
-                moves.push((index, conversion.value, conversion.to.clone(), target.index));
+                moves.push(Move {
+                    at: index,
+                    value: conversion.value,
+                    to: conversion.to.clone(),
+                    before: target.index,
+                });
             }
         }
         let is_loop = matches!(inst.op, Op::For { .. });
@@ -74,7 +93,7 @@ fn find(
                     defines: defined_in(nested),
                 });
             }
-            find(nested, next, loops, assignment, moves);
+            collect_moves(nested, next, loops, assignment, moves);
             if is_loop {
                 loops.pop();
             }

@@ -289,6 +289,12 @@ pub fn designed_cases() -> Vec<Case> {
         case(F16, 3, 129, 129, 8, 8, 128, false),
         case(BF16, 1, 64, 64, 4, 1, 128, true),
         case(F16, 1, 128, 128, 2, 2, 256, true),
+        // Key lengths a multiple of every block: the masked loop of the overlapped forward runs
+        // no iteration, its last block's P @ V after the loops.
+        case(F16, 1, 256, 256, 2, 1, 128, false),
+        case(BF16, 1, 256, 256, 2, 1, 32, false),
+        // Causal past 512 keys a row on average: D128's table blocks, not its short ones.
+        case(BF16, 1, 1100, 1100, 2, 1, 128, true),
         // Around 256 query rows: several 64- and 128-row blocks, one partial.
         case(BF16, 1, 255, 257, 2, 1, 64, false),
         case(F16, 2, 257, 255, 2, 2, 64, false),

@@ -64,7 +64,7 @@ pub struct KernelConfig {
     /// conversion) or per streamed tile (dK/dV).
     pub block_m: usize,
     /// Key rows per streamed tile (forward, dQ) or per program (dK/dV); `None` for the
-    /// preprocessing kernel, which reads no keys.
+    /// fused backward's preprocessing and dQ conversion kernels, which read no keys.
     pub block_n: Option<usize>,
     pub num_warps: u32,
     /// kiln-codegen's `num_stages` for the kernel's streaming loop; 1 for the preprocessing
@@ -202,11 +202,12 @@ impl KeyLength {
     pub const SHORT_UP_TO: usize = 512;
     pub const LONG_FROM: usize = 8192;
 
-    /// The range of a call: by its keys, or causal by `seqlen_k - seqlen_q / 2`, what a query
-    /// row sees on average (the mask is aligned bottom-right).
+    /// The range of a call: by its keys, or causal by what a query row that sees keys sees on
+    /// average, `seqlen_k - min(seqlen_q, seqlen_k) / 2` (the mask is aligned bottom-right: with
+    /// more queries than keys, the first rows see none and the last all).
     pub fn of(seqlen_q: usize, seqlen_k: usize, causal: bool) -> KeyLength {
         let keys = if causal {
-            seqlen_k.saturating_sub(seqlen_q / 2)
+            seqlen_k - seqlen_q.min(seqlen_k) / 2
         } else {
             seqlen_k
         };
@@ -396,8 +397,10 @@ mod tests {
         assert_eq!(KeyLength::of(8192, 8192, true), Medium);
         assert_eq!(KeyLength::of(16384, 16384, true), Long);
         assert_eq!(KeyLength::of(100, 8300, true), Long);
-        // More queries than keys: rows past the keys see them all or none.
+        // More queries than keys: the rows that see keys see half of them on average.
         assert_eq!(KeyLength::of(20000, 100, true), Short);
+        assert_eq!(KeyLength::of(24576, 16384, true), Long);
+        assert_eq!(KeyLength::of(40000, 16384, true), Long);
         for keys in KeyLength::ALL {
             for causal in [false, true] {
                 let n = keys.example_seqlen(causal);

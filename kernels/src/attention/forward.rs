@@ -102,7 +102,8 @@ pub fn attention_fwd<
     // the unmasked one ending a block early. Their bounds and blocks are computed before Q's
     // load: kiln-codegen issues the first loop's copies as soon as what they need exists, so
     // its first K and V tiles load beside Q and the first block's scores.
-    // With LAST_BLOCK_APART they stop before the last block, from `loops_end` on.
+    // With LAST_BLOCK_APART they stop at `loops_end`, the last block's start; its P @ V follows
+    // them.
     let k_first = k_block;
     let mut unmasked_end = full_end;
     let mut loops_end = end_n;
@@ -116,9 +117,11 @@ pub fn attention_fwd<
     let scale = softmax_scale * f32::consts::LOG2_E;
     let q_sign = where_(scale < 0.0, -1.0, 1.0);
     let q_loaded = load(q_block, [0]);
-    // Loaded beside Q, so that their latencies overlap.
+    // Loaded beside Q, so that their latencies overlap. A program that sees no key loads rows
+    // past the end, zeros: its P @ V is then 0 * 0, never 0 * an input's inf.
     let v_last = if OVERLAP_SOFTMAX && LAST_BLOCK_APART {
-        load(advance(v_block, [loops_end, 0]), [0])
+        let first_row = where_(end_n > 0, loops_end, seqlen_k);
+        load(advance(v_block, [first_row, 0]), [0])
     } else {
         zeros([BLOCK_N, HEAD_DIM], T)
     };

@@ -296,9 +296,9 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
     ])
 }
 
-/// Launches the backward pass (dQ, which writes delta, then dK/dV; or fused, the preprocessing,
-/// dK/dV adding into the dQ accumulator, and the dQ conversion) in `context` on `stream`, after [`check_backward`] and after checking that kiln
-/// has kernels for it.
+/// Launches the backward pass (dQ, which writes delta, then dK/dV; or fused, the
+/// preprocessing, dK/dV adding into the dQ accumulator, and the dQ conversion) in `context` on
+/// `stream`, after [`check_backward`] and after checking that kiln has kernels for it.
 ///
 /// # Safety
 /// As [`launch_forward`]: every address must hold what its sizes and strides address.

@@ -227,9 +227,9 @@ impl AttentionParams {
         KeyLength::of(self.seqlen_q, self.seqlen_k, self.causal)
     }
 
-    /// The specialisation of `kernel` for this call, at the block sizes of its `config`; on
-    /// `wgmma` the forward overlaps its softmax with `P @ V`; for the fused backward dK/dV adds
-    /// dQ into an accumulator.
+    /// The specialisation of `kernel` for this call, at the block sizes of its `config`, with
+    /// the forward's flags ([`forward_flags`]); for the fused backward dK/dV adds dQ into an
+    /// accumulator.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -269,9 +269,11 @@ impl AttentionParams {
 
 /// The forward's flags at `head_dim` in `config`: on `wgmma` it overlaps its softmax with
 /// `P @ V` and, at head dims 32 and 128, does the last block's `P @ V` after its loops, which
-/// takes one more V tile of shared memory: there 1.02-1.11x at 1k, 1.0-1.07x at 4k and 16k
-/// (interleaved A/B, H200, docs/PERF.md, 2026-11-26, eighth session). At 64 the tile costs the
-/// 64 x 64 blocks one of their four programs an SM (0.97-0.98x); at 256 it is not measured.
+/// takes one more V tile of shared memory: there 1.01-1.11x at 1k, 1.0-1.07x at 4k and 16k
+/// (interleaved A/B, H200, runs 86-87, docs/PERF.md, 2026-11-26, eighth session; D128's causal
+/// short blocks +2.6% and -2.9% in the two). At 64 the tile costs the 64 x 64 blocks one of
+/// their four programs an SM (0.97-0.98x; the long blocks, one program an SM, were not told
+/// apart); at 256 it is not measured. A rule by head dim, then, not by blocks.
 pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 2] {
     [
         ("OVERLAP_SOFTMAX", config.wgmma),

@@ -9,8 +9,8 @@ use super::{
     config, forward,
 };
 
-/// One of the attention kernels: the forward; the backward's preprocessing and dK/dV; the
-/// split backward's dQ; the fused backward's dQ conversion.
+/// One of the attention kernels: the forward; the backward's dK/dV; the split backward's dQ;
+/// the fused backward's preprocessing and dQ conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionKernel {
     Forward,
@@ -299,12 +299,6 @@ fn backward_args(
             .map(|&role| Arg::Buffer(role))
             .collect::<Vec<_>>()
     };
-    // The split backward has no accumulator: its kernels never read the pointer.
-    let dq_accum = if p.fused_backward {
-        Role::DqAccum
-    } else {
-        Role::Delta
-    };
     match kernel {
         AttentionKernel::Preprocess => {
             let mut args = buffers(&[Role::O, Role::DO, Role::Delta, Role::DqAccum]);
@@ -353,6 +347,12 @@ fn backward_args(
             args
         }
         AttentionKernel::DkDv => {
+            // The split backward has no accumulator: its dK/dV never reads the pointer.
+            let dq_accum = if p.fused_backward {
+                Role::DqAccum
+            } else {
+                Role::Delta
+            };
             let mut args = buffers(&[
                 Role::Q,
                 Role::K,

@@ -27,8 +27,8 @@ pub struct Specialisation {
 }
 
 /// Every specialisation kiln ships: for each dtype, head dim and target, the forward (in each of
-/// its blocks by sequence length) and both backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
-/// and dQ conversion kernels do not).
+/// its blocks by sequence length) and both backwards' kernels, masked and not where they read
+/// keys (the fused backward's preprocessing and dQ conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
     let mut all: Vec<Specialisation> = Vec::new();
     for target in Target::ALL {
@@ -59,12 +59,14 @@ pub fn shipped() -> Vec<Specialisation> {
                                 if causal && !kernel.reads_keys() {
                                     continue;
                                 }
-                                // Most kernels are the same at every sequence length.
+                                // Most kernels are the same at every sequence length: one name,
+                                // one specialisation.
                                 let name = plan::specialisation_name(kernel, &p, target);
-                                if all.iter().any(|s| s.name == name) {
+                                let config = config.kernel(kernel);
+                                if let Some(same) = all.iter().find(|s| s.name == name) {
+                                    debug_assert_eq!(same.spec, p.spec(kernel, config), "{name}");
                                     continue;
                                 }
-                                let config = config.kernel(kernel);
                                 all.push(Specialisation {
                                     name,
                                     kernel,

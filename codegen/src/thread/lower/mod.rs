@@ -498,9 +498,12 @@ impl Lowering<'_> {
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
                     ConversionKind::Hoisted => {
+                        // The latest: its loop's own (lowered in program order, it dominates
+                        // the loop; a sibling loop's in another branch would not).
                         let regs = self
                             .hoisted
                             .iter()
+                            .rev()
                             .find(|(v, to, _)| *v == conversion.value && *to == conversion.to)
                             .map(|(_, _, regs)| regs.clone())
                             .ok_or_else(|| {

@@ -264,8 +264,10 @@ fn table_entry(
         Some(SpecValue::Int(d)) => usize::try_from(d).unwrap_or(0),
         _ => 0,
     };
-    // The preprocessing kernel has no mask: its configuration is the same either way. dK/dV
-    // adding dQ runs in the fused backward, whose table may differ.
+    // The fused backward's preprocessing and dQ conversion have no mask: their configuration is
+    // the same either way. dK/dV adding dQ runs in the fused backward, whose table may differ.
+    // The table's own entries (medium sequences): the forward's `_short` and `_long` blocks
+    // are given as a spec.
     let flag = |name| matches!(spec.get(name), Some(SpecValue::Bool(true)));
     let (causal, fused) = (flag("CAUSAL"), flag("ACCUMULATE_DQ"));
     let Some(config) = attention::config(head_dim, causal, fused, target, KeyLength::Medium) else {
@@ -288,8 +290,8 @@ fn table_entry(
         match given.get(param) {
             None => *spec = std::mem::take(spec).set(param, shipped),
             Some(value) if value != shipped => eprintln!(
-                "note: kiln ships {} at head dim {head_dim} on {target} with {param} = {shipped}, \
-                 not {value}; compiling with {value}",
+                "note: kiln ships {} at head dim {head_dim} on {target} with {param} = {shipped} \
+                 (for medium sequences), not {value}; compiling with {value}",
                 kernel.name(),
             ),
             Some(_) => {}
