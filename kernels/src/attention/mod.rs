@@ -273,7 +273,8 @@ impl AttentionParams {
 /// (interleaved A/B, H200, runs 86-87, docs/PERF.md, 2026-11-26, eighth session; D128's causal
 /// short blocks +2.6% and -2.9% in the two). At 64 the tile costs the 64 x 64 blocks one of
 /// their four programs an SM (0.97-0.98x; the long blocks, one program an SM, were not told
-/// apart); at 256 it is not measured. A rule by head dim, then, not by blocks.
+/// apart); at 256 it does not fit beside the table's 128 x 64 blocks (262,272 bytes of shared
+/// memory, 232,448 the most). A rule by head dim, then, not by blocks.
 pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 2] {
     [
         ("OVERLAP_SOFTMAX", config.wgmma),
