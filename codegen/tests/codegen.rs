@@ -827,6 +827,50 @@ fn the_emulator_finds_tma_copies_misused() {
     );
 }
 
+/// Top-level loads that only `dot`s read are TMA copies into their staged tiles, each waited for
+/// once at the top level where the tile is first read (before a loop that reads it): the
+/// forward's first K and last V tiles (the backward's resident tiles are not described whole,
+/// so they load through registers). Without those waits the emulator finds the tiles read while
+/// their copies write them.
+#[test]
+fn top_level_tma_loads_are_waited_for_where_first_read() {
+    use kiln_codegen::thread::Op;
+    for (name, copies) in [
+        ("attention_fwd_bf16_d128_sm_90a", 2),
+        ("attention_fwd_f16_d32_causal_sm_90a", 2),
+        ("attention_fwd_bf16_d64_sm_90a", 1),
+    ] {
+        let case = case(name);
+        let run = cases::runs(&case).swap_remove(2);
+        let [x, y, z] = run.grid;
+        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        let emulated = |program: &kiln_codegen::thread::Program| {
+            emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+        };
+        emulated(&program).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let top = |op: fn(&Op) -> bool| program.body.insts.iter().filter(|i| op(&i.op)).count();
+        let waits = top(|op| matches!(op, Op::MbarrierWait { .. }));
+        assert_eq!(
+            waits, copies,
+            "{name}: a wait a copied tile, at the top level"
+        );
+        assert!(
+            top(|op| matches!(op, Op::TmaLoad { .. })) >= 2 * copies,
+            "{name}: copies at the top level (the first loop's early ones too)"
+        );
+        let mut unwaited = program.clone();
+        unwaited
+            .body
+            .insts
+            .retain(|i| !matches!(i.op, Op::MbarrierWait { .. }));
+        let err = emulated(&unwaited).unwrap_err();
+        assert!(
+            err.to_string().contains("while an async copy writes it"),
+            "{name}: {err}"
+        );
+    }
+}
+
 /// A GEMM whose K loop runs, under an `if` before its own `dot`, another GEMM's K loop: both
 /// loops pipelined on TMA, each body holding its copies back for its first `wgmma`s.
 #[kernel]

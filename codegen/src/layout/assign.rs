@@ -28,7 +28,7 @@ use kiln_dsl::types::{DType, Elem, Type};
 
 use super::divisibility::Divisibility;
 use super::mma::{K_WIDTH, MmaV2, Operand};
-use super::pipeline::{self, PipelinedLoad, PipelinedLoop};
+use super::pipeline::{self, PipelinedLoad, PipelinedLoop, TmaLoad};
 use super::swizzle::SwizzledShared;
 use super::tma_store::{self, TmaStore};
 use super::wgmma::MAX_N;
@@ -79,6 +79,9 @@ pub struct LayoutAssignment {
     /// The stores TMA copies out of shared memory ([`super::tma_store`]), by the pre-order
     /// index of their `store_block`.
     pub(super) tma_stores: BTreeMap<usize, TmaStore>,
+    /// Top-level loads that only `dot`s read, copied once into their staged tile with TMA
+    /// ([`super::pipeline`]), by the pre-order index of the `load_block`.
+    pub(super) tma_once: BTreeMap<usize, TmaLoad>,
     /// The tensor maps TMA loads and stores copy through, in the order of the kernel's hidden
     /// parameters.
     pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
@@ -125,6 +128,16 @@ impl LayoutAssignment {
     /// The TMA store of the `store_block` at `inst_index`, if it is one.
     pub fn tma_store_at(&self, inst_index: usize) -> Option<&TmaStore> {
         self.tma_stores.get(&inst_index)
+    }
+
+    /// The top-level load at `inst_index`, where it copies into its staged tile with TMA.
+    pub fn tma_once_at(&self, inst_index: usize) -> Option<&TmaLoad> {
+        self.tma_once.get(&inst_index)
+    }
+
+    /// How many top-level loads copy with TMA: each has an `mbarrier` of its own.
+    pub fn tma_once_count(&self) -> usize {
+        self.tma_once.len()
     }
 
     /// The index of tensor map `spec`, added if no TMA load or store uses it yet.
@@ -695,6 +708,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         conversions,
         pipelines: BTreeMap::new(),
         tma_stores: BTreeMap::new(),
+        tma_once: BTreeMap::new(),
         tensor_maps: Vec::new(),
         divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,

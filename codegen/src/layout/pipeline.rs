@@ -186,6 +186,42 @@ pub(super) fn apply(
     }
     assignment.conversions.retain(|_, c| !c.is_empty());
     assignment.pipelines = loops;
+    if assignment.uses_wgmma() {
+        assignment.tma_once = once_loads(kernel, divisibility, assignment);
+    }
+}
+
+/// The kernel's top-level loads that only `dot`s read (staged) from arrays described whole: each
+/// is one TMA copy into its staged tile, issued where the load stands and waited for where the
+/// tile is first read, rather than a load into registers and a store to shared memory that
+/// wait for the data where the load stands (the forward's first K and last V tiles).
+fn once_loads(
+    kernel: &Kernel,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+) -> BTreeMap<usize, TmaLoad> {
+    let definitions = definitions(kernel);
+    let carriers = loop_carriers(&kernel.body);
+    let mut once = BTreeMap::new();
+    let mut at = 0;
+    for inst in &kernel.body.insts {
+        let inst_index = at;
+        at += inst_count(inst);
+        let Op::LoadBlock { ptr, .. } = &inst.op else {
+            continue;
+        };
+        let value = inst.results[0];
+        let Some(shared) = staging(assignment, value) else {
+            continue;
+        };
+        let view = (*ptr, value, &shared);
+        if let Some((spec, leading)) = tma_view(kernel, divisibility, &definitions, &carriers, view)
+        {
+            let map = assignment.tensor_map(spec);
+            once.insert(inst_index, TmaLoad { map, leading });
+        }
+    }
+    once
 }
 
 /// The `for` that carries each loop-carried body parameter, with the parameter's position

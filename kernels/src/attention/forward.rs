@@ -116,16 +116,22 @@ pub fn attention_fwd<
     }
     let scale = softmax_scale * f32::consts::LOG2_E;
     let q_sign = where_(scale < 0.0, -1.0, 1.0);
-    let q_loaded = load(q_block, [0]);
-    // Loaded beside Q, so that their latencies overlap. A program that sees no key loads rows
-    // past the end, zeros: its P @ V is then 0 * 0, never 0 * an input's inf.
+    // The first K and last V tiles are loaded before Q, so that their latencies overlap Q's
+    // (on `wgmma`, kiln-codegen copies them with TMA and waits where they are first read). A
+    // program that sees no key loads V rows past the end, zeros: its P @ V is then 0 * 0, never
+    // 0 * an input's inf.
+    let k_first_tile = if OVERLAP_SOFTMAX {
+        load(k_first, [0])
+    } else {
+        zeros([BLOCK_N, HEAD_DIM], T)
+    };
     let v_last = if OVERLAP_SOFTMAX && LAST_BLOCK_APART {
         let first_row = where_(end_n > 0, loops_end, seqlen_k);
         load(advance(v_block, [first_row, 0]), [0])
     } else {
         zeros([BLOCK_N, HEAD_DIM], T)
     };
-    let q_tile = (q_loaded.to::<f32>() * q_sign).to::<T>();
+    let q_tile = (load(q_block, [0]).to::<f32>() * q_sign).to::<T>();
     let qk_scale = maximum(abs(scale), f32::MIN_POSITIVE);
 
     let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
@@ -135,7 +141,7 @@ pub fn attention_fwd<
         // The first block's softmax before the loops; each iteration multiplies P by V and
         // starts the next block's.
         let qk = scores::<CAUSAL, BLOCK_N>(
-            dot(q_tile, trans(load(k_first, [0]))),
+            dot(q_tile, trans(k_first_tile)),
             0,
             full_end,
             offs_m,

@@ -106,11 +106,13 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
 /// bytes again, one after the other: the layout stage lets them only where they fit); from
 /// `barriers`, TMA loops' `mbarrier`s,
-/// stacked alike; the scratch above all, from `end`.
+/// stacked alike; from `once_barriers`, one `mbarrier` for each top-level load TMA copies; the
+/// scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
     pub staged: u32,
     pub barriers: u32,
+    pub once_barriers: u32,
     pub end: u32,
 }
 
@@ -130,14 +132,16 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
-        let end = if barriers == 0 {
+        let once = layouts.tma_once_count() as u32 * super::pipeline::MBARRIER_BYTES;
+        let end = if barriers + once == 0 {
             staged + buffers
         } else {
-            (staged + buffers + barriers).next_multiple_of(SCRATCH_ALIGN)
+            (staged + buffers + barriers + once).next_multiple_of(SCRATCH_ALIGN)
         };
         SharedPlan {
             staged,
             barriers: staged + buffers,
+            once_barriers: staged + buffers + barriers,
             end,
         }
     }

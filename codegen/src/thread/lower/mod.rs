@@ -75,6 +75,8 @@ pub fn lower(
         next_staged: 0,
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
+        once_barriers: plan.once_barriers,
+        once_loads: Vec::new(),
         tma_store_bytes: 0,
         shared_tiles: HashMap::new(),
         pending: dot::Pending::default(),
@@ -147,6 +149,11 @@ pub(super) struct Lowering<'a> {
     loc: Option<Loc>,
     /// The operands of the current op converted to another layout: (value, layout, registers).
     converted: Vec<(Value, Layout, Vec<Reg>)>,
+    /// Where the `mbarrier`s of top-level TMA loads start.
+    once_barriers: u32,
+    /// The tiles top-level TMA loads fill (and their `trans` views), with the load's barrier
+    /// until someone waited for it.
+    once_loads: Vec<(Value, Option<Reg>)>,
     /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`), for the
     /// loop's uses: (value, layout, registers).
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
@@ -477,6 +484,7 @@ impl Lowering<'_> {
                 self.early_pipeline_prologue(early)?;
             }
             self.wait_for_operands(inst);
+            self.wait_for_once_loads(inst);
             // Held-back copies go right after the body's first `wgmma`s, before the first
             // instruction after them that is neither another nor one that emits nothing.
             if !self.in_flight.is_empty()
@@ -518,6 +526,9 @@ impl Lowering<'_> {
                         self.converted
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
+                    // A top-level TMA load's tile is in shared memory already.
+                    ConversionKind::Stage
+                        if self.once_loads.iter().any(|(v, _)| *v == conversion.value) => {}
                     ConversionKind::Stage => self.stage(inst, conversion.value, &conversion.to)?,
                     // The `dot` reads its operands itself, one k step at a time.
                     ConversionKind::Ldmatrix { .. }
@@ -611,7 +622,14 @@ impl Lowering<'_> {
             TileOp::LoadBlock {
                 ptr,
                 boundary_check,
-            } => one(self.load_block(inst, *ptr, boundary_check)?),
+            } => match self.layouts.tma_once_at(self.current_inst) {
+                Some(tma) => {
+                    let tma = tma.clone();
+                    self.load_once_by_tma(inst, *ptr, &tma)?;
+                    one(Vec::new())
+                }
+                None => one(self.load_block(inst, *ptr, boundary_check)?),
+            },
             TileOp::StoreBlock {
                 ptr,
                 value,

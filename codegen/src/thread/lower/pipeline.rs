@@ -52,6 +52,7 @@
 use std::collections::HashMap;
 
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Value};
+use kiln_dsl::passes::for_each_operand;
 
 use super::dot::{
     Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
@@ -62,8 +63,8 @@ use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
 use crate::layout::pipeline::inst_count;
 use crate::layout::{
-    Delta, Layout, LayoutAssignment, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP, TmaLoad,
-    nested_regions,
+    ConversionKind, Delta, Layout, LayoutAssignment, PipelinedLoad, PipelinedLoop,
+    THREADS_PER_WARP, TmaLoad, nested_regions, walk_insts,
 };
 use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
 
@@ -811,4 +812,129 @@ pub(super) struct EarlyPrologue {
     /// The loop's pre-order index, and its position among the top-level instructions.
     pub for_index: usize,
     pub for_position: usize,
+}
+
+impl Lowering<'_> {
+    /// A top-level load that TMA copies into its staged tile ([`LayoutAssignment::tma_once_at`]):
+    /// thread 0 sets up the load's `mbarrier` and arrives expecting the tile's bytes, warp 0
+    /// copies it by slabs, and whoever first reads the tile waits for the barrier's first phase
+    /// there ([`Self::wait_for_once_loads`]), not here.
+    pub(super) fn load_once_by_tma(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        tma: &TmaLoad,
+    ) -> Result<()> {
+        let value = inst.results[0];
+        let Some(Layout::Shared(shared)) = self
+            .layouts
+            .all_conversions()
+            .find(|c| c.value == value && c.kind == ConversionKind::Stage)
+            .map(|c| c.to.clone())
+        else {
+            return Err(unsupported(inst, "expected a staged tile to copy with TMA"));
+        };
+        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
+            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
+        let start = self.next_staged;
+        self.next_staged += aligned_tile_bytes(self.kernel, self.layouts, value);
+        self.shared_tiles.insert(
+            value,
+            SharedTile {
+                base: SharedBase::Fixed(start),
+                layout: shared.swizzled([rows, cols]),
+                elem: memory_type(self.dtype(value)),
+            },
+        );
+        let zero = self.i32_const(0);
+        let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
+        let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+        let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
+        let index = self.i32_const(self.once_loads.len() as i64);
+        let bar = self.barrier_of(self.once_barriers, index);
+        self.emit_effect(Op::MbarrierInit {
+            bar,
+            count: 1,
+            pred: issuer,
+        });
+        // Everyone sees the barrier set up before anyone waits on it.
+        self.emit_effect(Op::FenceMbarrierInit);
+        self.barrier();
+        let bytes = (self.kernel.ty(value).num_elements() * self.dtype(value).size_bytes()) as u32;
+        self.emit_effect(Op::MbarrierArriveExpectTx {
+            bar,
+            bytes,
+            pred: issuer,
+        });
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let (slab, slabs) = self.tma_slabs(&block, &tma.leading, tma.map, value, None)?;
+        let slab_bytes = rows * slab * self.dtype(value).size_bytes();
+        for (s, coords) in slabs.into_iter().enumerate() {
+            let dst = self.emit(
+                Op::SharedAddress {
+                    offset: start + (s * slab_bytes) as u32,
+                },
+                Type::Ptr(Space::Shared),
+            );
+            self.emit_effect(Op::TmaLoad {
+                dst,
+                map: tma.map,
+                coords,
+                bar,
+                warps: issuing_warp,
+            });
+        }
+        self.once_loads.push((value, Some(bar)));
+        Ok(())
+    }
+
+    /// Before an instruction that reads a tile a top-level TMA copy fills (directly, through a
+    /// `trans` view of it, by a conversion at the instruction, or anywhere in its regions):
+    /// waits for the copy, once. A loop or branch that reads it waits before it, so that the
+    /// wait stands where every later read passes.
+    pub(super) fn wait_for_once_loads(&mut self, inst: &TileInst) {
+        if self.once_loads.iter().all(|(_, bar)| bar.is_none()) {
+            return;
+        }
+        let mut used = Vec::new();
+        for_each_operand(&inst.op, |v| used.push(v));
+        for region in nested_regions(&inst.op) {
+            walk_insts(region, &mut 0, &mut |_, inner| {
+                for_each_operand(&inner.op, |v| used.push(v))
+            });
+        }
+        // Its own staging reads nothing: the copy fills the staged tile.
+        used.extend(
+            self.layouts
+                .conversions_at(self.current_inst)
+                .iter()
+                .filter(|c| c.kind != ConversionKind::Stage)
+                .map(|c| c.value),
+        );
+        // A `trans` view reads nothing yet: its result stands for the same tile.
+        if let TileOp::Trans { value } = inst.op
+            && let Some(&(_, bar)) = self.once_loads.iter().find(|(v, _)| *v == value)
+        {
+            self.once_loads.push((inst.results[0], bar));
+            return;
+        }
+        let zero = self.i32_const(0);
+        for i in 0..self.once_loads.len() {
+            let (value, bar) = self.once_loads[i];
+            let Some(bar) = bar.filter(|_| used.contains(&value)) else {
+                continue;
+            };
+            self.emit_effect(Op::MbarrierWait {
+                bar,
+                parity: zero,
+                warps: None,
+            });
+            // The views of the same tile are waited for too.
+            for entry in &mut self.once_loads {
+                if entry.1 == Some(bar) {
+                    entry.1 = None;
+                }
+            }
+        }
+    }
 }
