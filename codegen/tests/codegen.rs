@@ -841,6 +841,7 @@ fn top_level_tma_loads_are_waited_for_where_first_read() {
         ("attention_fwd_bf16_d64_sm_90a", 1),
     ] {
         let case = case(name);
+        // 40 x 333: several key blocks, so that the loops run.
         let run = cases::runs(&case).swap_remove(2);
         let [x, y, z] = run.grid;
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
@@ -852,7 +853,7 @@ fn top_level_tma_loads_are_waited_for_where_first_read() {
         let waits = top(|op| matches!(op, Op::MbarrierWait { .. }));
         assert_eq!(
             waits, copies,
-            "{name}: a wait a copied tile, at the top level"
+            "{name}: one wait per copied tile, at the top level"
         );
         assert!(
             top(|op| matches!(op, Op::TmaLoad { .. })) >= 2 * copies,
@@ -869,6 +870,76 @@ fn top_level_tma_loads_are_waited_for_where_first_read() {
             "{name}: {err}"
         );
     }
+}
+
+/// B read by a `dot` and added to its product in registers: staged for the `dot`, it is not a
+/// one-shot TMA copy (which has no registers), and its tile before a second load's tile is seen
+/// through a `trans`.
+#[kernel]
+fn product_plus_b(a: Ptr<f16>, b: Ptr<f16>, c: Ptr<f16>, out: Ptr<f32>) {
+    let a_tile = load(
+        make_block_ptr(a, [64, 64], [64, 1], [0, 0], [64, 64], [1, 0]),
+        [0, 1],
+    );
+    let b_tile = load(
+        make_block_ptr(b, [64, 64], [64, 1], [0, 0], [64, 64], [1, 0]),
+        [0, 1],
+    );
+    let at = trans(a_tile);
+    let c_tile = load(
+        make_block_ptr(c, [64, 64], [64, 1], [0, 0], [64, 64], [1, 0]),
+        [0, 1],
+    );
+    let acc = dot(at, b_tile) + dot(c_tile, a_tile) + b_tile.to::<f32>();
+    store(
+        make_block_ptr(out, [64, 64], [64, 1], [0, 0], [64, 64], [1, 0]),
+        acc,
+        [0, 1],
+    );
+}
+
+#[test]
+fn a_tile_read_in_registers_too_is_not_a_one_shot_copy() {
+    let kernel = product_plus_b::build(&Spec::new()).unwrap();
+    let value = |i: usize, k: usize| ((i * k % 13) as f64 - 6.0) / 8.0;
+    let [a, b, c] = [3, 5, 7].map(|k| (0..64 * 64).map(|i| value(i, k)).collect::<Vec<f64>>());
+    let mut expected = vec![0.0; 64 * 64];
+    for r in 0..64 {
+        for col in 0..64 {
+            let at_b: f64 = (0..64).map(|k| a[k * 64 + r] * b[k * 64 + col]).sum();
+            let c_a: f64 = (0..64).map(|k| c[r * 64 + k] * a[k * 64 + col]).sum();
+            expected[r * 64 + col] = at_b + c_a + b[r * 64 + col];
+        }
+    }
+    let options = CompileOptions::new(Target::Sm90a, 4).with_wgmma(true);
+    let options = ["a", "b", "c", "out"]
+        .into_iter()
+        .fold(options, |o, name| o.with_divisibility(name, 16));
+    let program = thread_program(&kernel, &options).unwrap();
+    let buffers = [&a, &b, &c].map(|x| HostBuffer::from_f64(F16, x));
+    let out = HostBuffer::poisoned(F32, 64 * 64);
+    let args = [
+        KernelArg::Buffer(&buffers[0]),
+        KernelArg::Buffer(&buffers[1]),
+        KernelArg::Buffer(&buffers[2]),
+        KernelArg::Buffer(&out),
+    ];
+    emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
+    for (i, want) in expected.iter().enumerate() {
+        let got = out.read_float(i) as f64;
+        assert!(
+            (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+            "out[{i}] = {got}, expected {want}"
+        );
+    }
+    // A and C are copies (A's seen through its `trans` before C's load), B is not.
+    let copies = program
+        .body
+        .insts
+        .iter()
+        .filter(|i| matches!(i.op, kiln_codegen::thread::Op::MbarrierWait { .. }))
+        .count();
+    assert_eq!(copies, 2, "{program}");
 }
 
 /// A GEMM whose K loop runs, under an `if` before its own `dot`, another GEMM's K loop: both

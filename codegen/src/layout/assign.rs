@@ -16,6 +16,8 @@
 //! swizzled shared tile right after its definition ([`ConversionKind::Stage`],
 //! `SwizzledShared::for_mma_operand`) and read with `ldmatrix` by each `dot`
 //! ([`ConversionKind::Ldmatrix`]); a `trans` that only dots read is a view of its operand's tile.
+//! (On `wgmma`, a top-level load that only dots read may instead be copied into its tile with
+//! TMA: [`super::pipeline`]'s one-shot loads.)
 //!
 //! Instructions are numbered in pre-order (an op, then the ops of its regions, `yield`s
 //! included), the order in which the printer and the lowering visit them.
@@ -716,6 +718,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     let divisibility = assignment.divisibility.clone();
     super::hoist::apply(kernel, &mut assignment);
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
+    assignment.tma_once = pipeline::once_loads(kernel, &divisibility, &mut assignment);
     tma_store::apply(kernel, &divisibility, &mut assignment);
     Ok(assignment)
 }

@@ -25,7 +25,9 @@
 //! arguments or constants, the last stride 1) copies with the Tensor Memory Accelerator instead:
 //! one thread issues a `cp.async.bulk.tensor` per 128-byte-wide slab of each tile, on an
 //! `mbarrier` per buffer that everyone waits on. The launch builds the arrays' tensor maps
-//! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself.
+//! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself. A load at the
+//! kernel's top level that only `dot`s read, of such an array, is one TMA copy too, into its
+//! staged tile (`once_loads`), at any `num_stages`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -186,20 +188,22 @@ pub(super) fn apply(
     }
     assignment.conversions.retain(|_, c| !c.is_empty());
     assignment.pipelines = loops;
-    if assignment.uses_wgmma() {
-        assignment.tma_once = once_loads(kernel, divisibility, assignment);
-    }
 }
 
 /// The kernel's top-level loads that only `dot`s read (staged) from arrays described whole: each
 /// is one TMA copy into its staged tile, issued where the load stands and waited for where the
 /// tile is first read, rather than a load into registers and a store to shared memory that
 /// wait for the data where the load stands (the forward's first K and last V tiles).
-fn once_loads(
+pub(super) fn once_loads(
     kernel: &Kernel,
     divisibility: &Divisibility,
     assignment: &mut LayoutAssignment,
 ) -> BTreeMap<usize, TmaLoad> {
+    if !assignment.uses_wgmma() {
+        return BTreeMap::new();
+    }
+    // A tile also read in registers must be loaded into them.
+    let dot_only = dot_only_values(kernel);
     let definitions = definitions(kernel);
     let carriers = loop_carriers(&kernel.body);
     let mut once = BTreeMap::new();
@@ -211,7 +215,7 @@ fn once_loads(
             continue;
         };
         let value = inst.results[0];
-        let Some(shared) = staging(assignment, value) else {
+        let Some(shared) = staging(assignment, value).filter(|_| dot_only[value.index()]) else {
             continue;
         };
         let view = (*ptr, value, &shared);

@@ -105,9 +105,8 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 /// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
 /// bytes again, one after the other: the layout stage lets them only where they fit); from
-/// `barriers`, TMA loops' `mbarrier`s,
-/// stacked alike; from `once_barriers`, one `mbarrier` for each top-level load TMA copies; the
-/// scratch above all, from `end`.
+/// `barriers`, TMA loops' `mbarrier`s, stacked alike; from `once_barriers`, one `mbarrier` for
+/// each top-level load TMA copies; the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
     pub staged: u32,

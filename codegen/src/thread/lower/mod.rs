@@ -76,6 +76,7 @@ pub fn lower(
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
         once_barriers: plan.once_barriers,
+        next_once: 0,
         once_loads: Vec::new(),
         tma_store_bytes: 0,
         shared_tiles: HashMap::new(),
@@ -149,8 +150,9 @@ pub(super) struct Lowering<'a> {
     loc: Option<Loc>,
     /// The operands of the current op converted to another layout: (value, layout, registers).
     converted: Vec<(Value, Layout, Vec<Reg>)>,
-    /// Where the `mbarrier`s of top-level TMA loads start.
+    /// Where the `mbarrier`s of top-level TMA loads start, and the next one's index.
     once_barriers: u32,
+    next_once: u32,
     /// The tiles top-level TMA loads fill (and their `trans` views), with the load's barrier
     /// until someone waited for it.
     once_loads: Vec<(Value, Option<Reg>)>,

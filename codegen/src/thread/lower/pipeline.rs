@@ -42,6 +42,9 @@
 //! copies ahead of the loop, where what they need is computed and a `dot` follows to hide
 //! them behind ([`early_prologue`]).
 //!
+//! A top-level load copied once with TMA ([`Lowering::load_once_by_tma`]) has an `mbarrier` of
+//! its own, waited for once where its tile is first read.
+//!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
 //! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier`
 //! that every thread arrives on at the end of the body (its `dot`s done with the buffer), and
@@ -818,7 +821,8 @@ impl Lowering<'_> {
     /// A top-level load that TMA copies into its staged tile ([`LayoutAssignment::tma_once_at`]):
     /// thread 0 sets up the load's `mbarrier` and arrives expecting the tile's bytes, warp 0
     /// copies it by slabs, and whoever first reads the tile waits for the barrier's first phase
-    /// there ([`Self::wait_for_once_loads`]), not here.
+    /// there ([`Self::wait_for_once_loads`]), not here. The barrier is never invalidated: its
+    /// bytes serve nothing else.
     pub(super) fn load_once_by_tma(
         &mut self,
         inst: &TileInst,
@@ -850,7 +854,8 @@ impl Lowering<'_> {
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
-        let index = self.i32_const(self.once_loads.len() as i64);
+        let index = self.i32_const(self.next_once as i64);
+        self.next_once += 1;
         let bar = self.barrier_of(self.once_barriers, index);
         self.emit_effect(Op::MbarrierInit {
             bar,
