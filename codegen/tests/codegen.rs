@@ -231,6 +231,18 @@ fn layout_converts_a_loop_invariant_value_before_the_loop() {
     }
 }
 
+/// Every element of `out` within 1e-3 of the f64 `expected`, relative where it exceeds 1 (f16
+/// inputs, f32 sums in another order).
+fn assert_near_f64(out: &HostBuffer, expected: &[f64], label: &str) {
+    for (i, want) in expected.iter().enumerate() {
+        let got = out.read_float(i) as f64;
+        assert!(
+            (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+            "{label}: out[{i}] = {got}, expected {want}"
+        );
+    }
+}
+
 /// Row sums of X (a reduction in X's load layout) added to the rows of a product inside loops:
 /// in an `if` of a loop, in a loop nested in it, and in a sibling loop after it. Each use needs
 /// the sums in the product's row layout.
@@ -326,13 +338,7 @@ fn loop_invariant_conversions_run_before_the_outermost_loop() {
             KernelArg::I32(n),
         ];
         emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
-        for (i, want) in expected.iter().enumerate() {
-            let got = out.read_float(i) as f64;
-            assert!(
-                (got - want).abs() <= 1e-3 * want.abs().max(1.0),
-                "{target}: out[{i}] = {got}, expected {want}"
-            );
-        }
+        assert_near_f64(&out, &expected, &target.to_string());
     }
 }
 
@@ -925,13 +931,7 @@ fn a_tile_read_in_registers_too_is_not_a_one_shot_copy() {
         KernelArg::Buffer(&out),
     ];
     emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
-    for (i, want) in expected.iter().enumerate() {
-        let got = out.read_float(i) as f64;
-        assert!(
-            (got - want).abs() <= 1e-3 * want.abs().max(1.0),
-            "out[{i}] = {got}, expected {want}"
-        );
-    }
+    assert_near_f64(&out, &expected, "product_plus_b");
     // A and C are copies (A's seen through its `trans` before C's load), B is not.
     let copies = program
         .body
