@@ -30,7 +30,7 @@ use kiln_dsl::types::{DType, Elem, Type};
 
 use super::divisibility::Divisibility;
 use super::mma::{K_WIDTH, MmaV2, Operand};
-use super::pipeline::{self, PipelinedLoad, PipelinedLoop, TmaLoad};
+use super::pipeline::{self, OnceLoad, PipelinedLoad, PipelinedLoop};
 use super::swizzle::SwizzledShared;
 use super::tma_store::{self, TmaStore};
 use super::wgmma::MAX_N;
@@ -83,7 +83,7 @@ pub struct LayoutAssignment {
     pub(super) tma_stores: BTreeMap<usize, TmaStore>,
     /// Top-level loads that only `dot`s read, copied once into their staged tile with TMA
     /// ([`super::pipeline`]), by the pre-order index of the `load_block`.
-    pub(super) tma_once: BTreeMap<usize, TmaLoad>,
+    pub(super) tma_once: BTreeMap<usize, OnceLoad>,
     /// The tensor maps TMA loads and stores copy through, in the order of the kernel's hidden
     /// parameters.
     pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
@@ -132,14 +132,19 @@ impl LayoutAssignment {
         self.tma_stores.get(&inst_index)
     }
 
-    /// The top-level load at `inst_index`, where it copies into its staged tile with TMA.
-    pub fn tma_once_at(&self, inst_index: usize) -> Option<&TmaLoad> {
-        self.tma_once.get(&inst_index)
+    /// The top-level load at `inst_index`, where it copies into its staged tile with TMA, and
+    /// its rank among those loads (each has an `mbarrier` of its own).
+    pub fn tma_once_at(&self, inst_index: usize) -> Option<(usize, &OnceLoad)> {
+        self.tma_once
+            .iter()
+            .enumerate()
+            .find(|(_, (at, _))| **at == inst_index)
+            .map(|(rank, (_, load))| (rank, load))
     }
 
-    /// How many top-level loads copy with TMA: each has an `mbarrier` of its own.
-    pub fn tma_once_count(&self) -> usize {
-        self.tma_once.len()
+    /// The top-level loads that copy with TMA, in program order.
+    pub fn tma_once_loads(&self) -> impl Iterator<Item = &OnceLoad> {
+        self.tma_once.values()
     }
 
     /// The index of tensor map `spec`, added if no TMA load or store uses it yet.
@@ -183,7 +188,7 @@ impl LayoutAssignment {
     }
 
     /// The distinct layouts in order of first use by a value, then conversion targets, then
-    /// pipelined loads' buffers: the text form's aliases.
+    /// pipelined loads' buffers and one-shot loads' tiles: the text form's aliases.
     pub fn distinct_layouts(&self) -> Vec<Layout> {
         let mut distinct: Vec<Layout> = Vec::new();
         let targets = self.conversions.values().flatten().map(|c| c.to.clone());
@@ -191,7 +196,9 @@ impl LayoutAssignment {
             .pipelines
             .values()
             .flat_map(|p| &p.loads)
-            .map(|l| Layout::Shared(l.shared.clone()));
+            .map(|l| &l.shared)
+            .chain(self.tma_once.values().map(|l| &l.shared))
+            .map(|shared| Layout::Shared(shared.clone()));
         let values = self.layouts.iter().flatten().cloned();
         for layout in values.chain(targets).chain(buffers) {
             if !distinct.contains(&layout) {

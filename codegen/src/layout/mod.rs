@@ -35,7 +35,7 @@ use std::fmt;
 pub(crate) use assign::nested_regions;
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
 pub use divisibility::Divisibility;
-pub use pipeline::{Delta, PipelinedLoad, PipelinedLoop, TmaLoad};
+pub use pipeline::{Delta, OnceLoad, PipelinedLoad, PipelinedLoop, TmaLoad};
 pub use tma_store::TmaStore;
 
 /// Lanes per warp on every NVIDIA GPU kiln targets.

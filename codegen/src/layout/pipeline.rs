@@ -27,7 +27,7 @@
 //! `mbarrier` per buffer that everyone waits on. The launch builds the arrays' tensor maps
 //! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself. A load at the
 //! kernel's top level that only `dot`s read, of such an array, is one TMA copy too, into its
-//! staged tile (`once_loads`), at any `num_stages`.
+//! staged tile ([`OnceLoad`]), at any `num_stages`; its staging is dropped likewise.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -67,6 +67,17 @@ pub struct PipelinedLoad {
 pub struct TmaLoad {
     pub map: usize,
     pub leading: Vec<Value>,
+}
+
+/// A top-level load copied once with TMA into a staged tile of its own (the layout stage's
+/// `once_loads`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnceLoad {
+    /// What it loads: a tile only `dot`s read.
+    pub value: Value,
+    /// The tile's layout: the staging layout the load would otherwise have had.
+    pub shared: SharedLayout,
+    pub tma: TmaLoad,
 }
 
 /// How far a pipelined load's block pointer moves per iteration along one dimension.
@@ -190,15 +201,16 @@ pub(super) fn apply(
     assignment.pipelines = loops;
 }
 
-/// The kernel's top-level loads that only `dot`s read (staged) from arrays described whole: each
-/// is one TMA copy into its staged tile, issued where the load stands and waited for where the
-/// tile is first read, rather than a load into registers and a store to shared memory that
-/// wait for the data where the load stands (the forward's first K and last V tiles).
+/// The kernel's top-level loads that only `dot`s read (staged) from arrays described whole, by
+/// the pre-order index of their `load_block`, their staging dropped: each is one TMA copy into
+/// its tile, issued where the load stands and waited for where the tile is first read, rather
+/// than a load into registers and a store to shared memory that wait for the data where the load
+/// stands (the forward's first K and last V tiles).
 pub(super) fn once_loads(
     kernel: &Kernel,
     divisibility: &Divisibility,
     assignment: &mut LayoutAssignment,
-) -> BTreeMap<usize, TmaLoad> {
+) -> BTreeMap<usize, OnceLoad> {
     if !assignment.uses_wgmma() {
         return BTreeMap::new();
     }
@@ -222,9 +234,16 @@ pub(super) fn once_loads(
         if let Some((spec, leading)) = tma_view(kernel, divisibility, &definitions, &carriers, view)
         {
             let map = assignment.tensor_map(spec);
-            once.insert(inst_index, TmaLoad { map, leading });
+            let tma = TmaLoad { map, leading };
+            once.insert(inst_index, OnceLoad { value, shared, tma });
         }
     }
+    for load in once.values() {
+        for conversions in assignment.conversions.values_mut() {
+            conversions.retain(|c| !(c.value == load.value && c.kind == ConversionKind::Stage));
+        }
+    }
+    assignment.conversions.retain(|_, c| !c.is_empty());
     once
 }
 

@@ -109,6 +109,13 @@ impl LayoutAssignment {
                         pipelined.stages - 1
                     ));
                 }
+                if let Some((_, load)) = self.tma_once_at(index) {
+                    out.push_str(&format!(
+                        "  // tma map {} once -> {}",
+                        load.tma.map,
+                        alias(&Layout::Shared(load.shared.clone()))
+                    ));
+                }
                 if let Some(load) = self.pipelined_load(index) {
                     let stages = self.pipelines().find(|(_, p)| p.loads.contains(load));
                     let copy = match &load.tma {

@@ -120,10 +120,13 @@ const SCRATCH_ALIGN: u32 = 128;
 
 impl SharedPlan {
     pub fn of(kernel: &Kernel, layouts: &LayoutAssignment) -> SharedPlan {
+        // Tiles staged from registers, and those one-shot TMA loads fill.
         let staged: u32 = layouts
             .all_conversions()
             .filter(|c| c.kind == ConversionKind::Stage)
-            .map(|c| aligned_tile_bytes(kernel, layouts, c.value))
+            .map(|c| c.value)
+            .chain(layouts.tma_once_loads().map(|l| l.value))
+            .map(|value| aligned_tile_bytes(kernel, layouts, value))
             .sum();
         let buffers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_buffer_bytes(kernel, layouts, p)
@@ -131,7 +134,7 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
-        let once = layouts.tma_once_count() as u32 * super::pipeline::MBARRIER_BYTES;
+        let once = layouts.tma_once_loads().count() as u32 * super::pipeline::MBARRIER_BYTES;
         let end = if barriers + once == 0 {
             staged + buffers
         } else {

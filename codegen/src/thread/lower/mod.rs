@@ -22,12 +22,14 @@ mod wgmma;
 use std::collections::HashMap;
 
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
+use kiln_dsl::passes::for_each_operand;
 use kiln_dsl::types::{DType, Elem, Type as TileType};
 use kiln_dsl::{Loc, Target};
 
 use super::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Param, Program, Reg, Special, Type};
 use crate::layout::{
     ConversionKind, Id, IdField, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap,
+    nested_regions, walk_insts,
 };
 use crate::{CodegenError, CompileOptions, Stage};
 use dot::SharedTile;
@@ -76,7 +78,6 @@ pub fn lower(
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
         once_barriers: plan.once_barriers,
-        next_once: 0,
         once_loads: Vec::new(),
         tma_store_bytes: 0,
         shared_tiles: HashMap::new(),
@@ -150,9 +151,8 @@ pub(super) struct Lowering<'a> {
     loc: Option<Loc>,
     /// The operands of the current op converted to another layout: (value, layout, registers).
     converted: Vec<(Value, Layout, Vec<Reg>)>,
-    /// Where the `mbarrier`s of top-level TMA loads start, and the next one's index.
+    /// Where the `mbarrier`s of top-level TMA loads start.
     once_barriers: u32,
-    next_once: u32,
     /// The tiles top-level TMA loads fill (and their `trans` views), with the load's barrier
     /// until someone waited for it.
     once_loads: Vec<(Value, Option<Reg>)>,
@@ -528,9 +528,6 @@ impl Lowering<'_> {
                         self.converted
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
-                    // A top-level TMA load's tile is in shared memory already.
-                    ConversionKind::Stage
-                        if self.once_loads.iter().any(|(v, _)| *v == conversion.value) => {}
                     ConversionKind::Stage => self.stage(inst, conversion.value, &conversion.to)?,
                     // The `dot` reads its operands itself, one k step at a time.
                     ConversionKind::Ldmatrix { .. }
@@ -547,6 +544,25 @@ impl Lowering<'_> {
             }
         }
         Ok(Vec::new())
+    }
+
+    /// The values `inst` reads: its operands, those of the instructions in its regions, and
+    /// those converted right before it.
+    pub(super) fn values_read(&self, inst: &TileInst) -> Vec<Value> {
+        let mut used = Vec::new();
+        for_each_operand(&inst.op, |v| used.push(v));
+        for region in nested_regions(&inst.op) {
+            walk_insts(region, &mut 0, &mut |_, inner| {
+                for_each_operand(&inner.op, |v| used.push(v))
+            });
+        }
+        used.extend(
+            self.layouts
+                .conversions_at(self.current_inst)
+                .iter()
+                .map(|c| c.value),
+        );
+        used
     }
 
     /// Whether `inst` emits no instruction: a pipelined load (its tile is in its buffer
@@ -625,9 +641,8 @@ impl Lowering<'_> {
                 ptr,
                 boundary_check,
             } => match self.layouts.tma_once_at(self.current_inst) {
-                Some(tma) => {
-                    let tma = tma.clone();
-                    self.load_once_by_tma(inst, *ptr, &tma)?;
+                Some((rank, load)) => {
+                    self.load_once_by_tma(inst, *ptr, rank, &load.clone())?;
                     one(Vec::new())
                 }
                 None => one(self.load_block(inst, *ptr, boundary_check)?),

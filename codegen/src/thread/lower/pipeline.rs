@@ -55,7 +55,6 @@
 use std::collections::HashMap;
 
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Value};
-use kiln_dsl::passes::for_each_operand;
 
 use super::dot::{
     Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
@@ -66,8 +65,8 @@ use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
 use crate::layout::pipeline::inst_count;
 use crate::layout::{
-    ConversionKind, Delta, Layout, LayoutAssignment, PipelinedLoad, PipelinedLoop,
-    THREADS_PER_WARP, TmaLoad, nested_regions, walk_insts,
+    Delta, Layout, LayoutAssignment, OnceLoad, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP,
+    TmaLoad, nested_regions,
 };
 use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
 
@@ -553,32 +552,51 @@ impl Lowering<'_> {
             let size = self.i32_const(buffer_bytes as i64);
             let offset = self.int(IntOp::Mul, stage, size);
             let tile = self.shared_slot(buffers, offset, Type::I8);
-            let [rows, _] = <[usize; 2]>::try_from(self.shape(load.value))
-                .map_err(|_| unsupported(inst, "expected a 2-D pipelined load"))?;
-            let (slab, slabs) = self.tma_slabs(&block, leading, *map, load.value, None)?;
-            let slab_bytes = (rows * slab * self.dtype(load.value).size_bytes()) as i64;
-            for (s, coords) in slabs.into_iter().enumerate() {
-                let dst = if s == 0 {
-                    tile
-                } else {
-                    let skip = self.i32_const(s as i64 * slab_bytes);
-                    self.emit(
-                        Op::PtrAdd {
-                            ptr: tile,
-                            offset: skip,
-                            elem: Type::I8,
-                        },
-                        Type::Ptr(Space::Shared),
-                    )
-                };
-                self.emit_effect(Op::TmaLoad {
-                    dst,
-                    map: *map,
-                    coords,
-                    bar,
-                    warps,
-                });
-            }
+            self.copy_tile_by_tma(inst, tile, &block, *map, leading, load.value, bar, warps)?;
+        }
+        Ok(())
+    }
+
+    /// The TMA copies of `value`'s tile at `block` through tensor map `map` (its leading
+    /// dimensions indexed by `leading`) into the shared tile at `tile`, slab by slab, completing
+    /// on `bar`, each from one lane of the warps where `warps` holds.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_tile_by_tma(
+        &mut self,
+        inst: &TileInst,
+        tile: Reg,
+        block: &BlockRegs,
+        map: usize,
+        leading: &[Value],
+        value: Value,
+        bar: Reg,
+        warps: Reg,
+    ) -> Result<()> {
+        let [rows, _] = <[usize; 2]>::try_from(self.shape(value))
+            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
+        let (slab, slabs) = self.tma_slabs(block, leading, map, value, None)?;
+        let slab_bytes = (rows * slab * self.dtype(value).size_bytes()) as i64;
+        for (s, coords) in slabs.into_iter().enumerate() {
+            let dst = if s == 0 {
+                tile
+            } else {
+                let skip = self.i32_const(s as i64 * slab_bytes);
+                self.emit(
+                    Op::PtrAdd {
+                        ptr: tile,
+                        offset: skip,
+                        elem: Type::I8,
+                    },
+                    Type::Ptr(Space::Shared),
+                )
+            };
+            self.emit_effect(Op::TmaLoad {
+                dst,
+                map,
+                coords,
+                bar,
+                warps,
+            });
         }
         Ok(())
     }
@@ -818,26 +836,19 @@ pub(super) struct EarlyPrologue {
 }
 
 impl Lowering<'_> {
-    /// A top-level load that TMA copies into its staged tile ([`LayoutAssignment::tma_once_at`]):
-    /// thread 0 sets up the load's `mbarrier` and arrives expecting the tile's bytes, warp 0
-    /// copies it by slabs, and whoever first reads the tile waits for the barrier's first phase
-    /// there ([`Self::wait_for_once_loads`]), not here. The barrier is never invalidated: its
-    /// bytes serve nothing else.
+    /// A top-level load that TMA copies into its staged tile ([`LayoutAssignment::tma_once_at`],
+    /// the `rank`-th such load): thread 0 sets up the load's `mbarrier` and arrives expecting the
+    /// tile's bytes, warp 0 copies it by slabs, and whoever first reads the tile waits for the
+    /// barrier's first phase there ([`Self::wait_for_once_loads`]), not here. The barrier is
+    /// never invalidated: its bytes serve nothing else.
     pub(super) fn load_once_by_tma(
         &mut self,
         inst: &TileInst,
         ptr: Value,
-        tma: &TmaLoad,
+        rank: usize,
+        load: &OnceLoad,
     ) -> Result<()> {
-        let value = inst.results[0];
-        let Some(Layout::Shared(shared)) = self
-            .layouts
-            .all_conversions()
-            .find(|c| c.value == value && c.kind == ConversionKind::Stage)
-            .map(|c| c.to.clone())
-        else {
-            return Err(unsupported(inst, "expected a staged tile to copy with TMA"));
-        };
+        let value = load.value;
         let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
         let start = self.next_staged;
@@ -846,7 +857,7 @@ impl Lowering<'_> {
             value,
             SharedTile {
                 base: SharedBase::Fixed(start),
-                layout: shared.swizzled([rows, cols]),
+                layout: load.shared.swizzled([rows, cols]),
                 elem: memory_type(self.dtype(value)),
             },
         );
@@ -854,8 +865,7 @@ impl Lowering<'_> {
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
-        let index = self.i32_const(self.next_once as i64);
-        self.next_once += 1;
+        let index = self.i32_const(rank as i64);
         let bar = self.barrier_of(self.once_barriers, index);
         self.emit_effect(Op::MbarrierInit {
             bar,
@@ -872,23 +882,12 @@ impl Lowering<'_> {
             pred: issuer,
         });
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let (slab, slabs) = self.tma_slabs(&block, &tma.leading, tma.map, value, None)?;
-        let slab_bytes = rows * slab * self.dtype(value).size_bytes();
-        for (s, coords) in slabs.into_iter().enumerate() {
-            let dst = self.emit(
-                Op::SharedAddress {
-                    offset: start + (s * slab_bytes) as u32,
-                },
-                Type::Ptr(Space::Shared),
-            );
-            self.emit_effect(Op::TmaLoad {
-                dst,
-                map: tma.map,
-                coords,
-                bar,
-                warps: issuing_warp,
-            });
-        }
+        let tile = self.emit(
+            Op::SharedAddress { offset: start },
+            Type::Ptr(Space::Shared),
+        );
+        let TmaLoad { map, leading } = &load.tma;
+        self.copy_tile_by_tma(inst, tile, &block, *map, leading, value, bar, issuing_warp)?;
         self.once_loads.push((value, Some(bar)));
         Ok(())
     }
@@ -901,21 +900,7 @@ impl Lowering<'_> {
         if self.once_loads.iter().all(|(_, bar)| bar.is_none()) {
             return;
         }
-        let mut used = Vec::new();
-        for_each_operand(&inst.op, |v| used.push(v));
-        for region in nested_regions(&inst.op) {
-            walk_insts(region, &mut 0, &mut |_, inner| {
-                for_each_operand(&inner.op, |v| used.push(v))
-            });
-        }
-        // Its own staging reads nothing: the copy fills the staged tile.
-        used.extend(
-            self.layouts
-                .conversions_at(self.current_inst)
-                .iter()
-                .filter(|c| c.kind != ConversionKind::Stage)
-                .map(|c| c.value),
-        );
+        let used = self.values_read(inst);
         // A `trans` view reads nothing yet: its result stands for the same tile.
         if let TileOp::Trans { value } = inst.op
             && let Some(&(_, bar)) = self.once_loads.iter().find(|(v, _)| *v == value)

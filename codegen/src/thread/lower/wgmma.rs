@@ -15,7 +15,6 @@
 //! ```
 
 use kiln_dsl::ir::{Inst as TileInst, Op as TileOp, Value};
-use kiln_dsl::passes::for_each_operand;
 
 use super::dot::{Fragments, SharedTile};
 use super::{Lowering, Result, unsupported};
@@ -23,7 +22,7 @@ use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, 
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
-use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion, walk_insts};
+use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion};
 use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA, WgmmaStep};
 use crate::{CodegenError, Stage};
 
@@ -185,27 +184,7 @@ impl Lowering<'_> {
         if matches!(inst.op, TileOp::For { .. } | TileOp::Yield { .. }) {
             return self.wait_for_all();
         }
-        let mut used = Vec::new();
-        for_each_operand(&inst.op, |v| used.push(v));
-        if let TileOp::If {
-            then_region,
-            else_region,
-            ..
-        } = &inst.op
-        {
-            for region in [then_region, else_region] {
-                let mut next = 0;
-                walk_insts(region, &mut next, &mut |_, inner| {
-                    for_each_operand(&inner.op, |v| used.push(v))
-                });
-            }
-        }
-        used.extend(
-            self.layouts
-                .conversions_at(self.current_inst)
-                .iter()
-                .map(|c| c.value),
-        );
+        let used = self.values_read(inst);
         let needed = self
             .in_flight
             .dots
