@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--head-dims", default="64,128")
     ap.add_argument("--rep", type=int, default=15, help="timed samples per measurement")
+    ap.add_argument("--flags", type=int, default=0, help="kiln_attn_config flags (1: fused backward)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.bench))
     import compare  # noqa: E402
@@ -52,7 +53,7 @@ def main():
                         do = torch.randn_like(q)
                         dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
                         calls[name] = kc.backward_call(
-                            lib, q, k, v, o, lse, do, dq, dk, dv, causal=causal
+                            lib, q, k, v, o, lse, do, dq, dk, dv, causal=causal, flags=a.flags
                         )
                 work = flops * (2.5 if a.which == "bwd" else 1.0)
                 best = {name: 0.0 for name in libs}

@@ -1030,24 +1030,35 @@ fn nested_pipelined_loops_keep_their_own_copies() {
 
 /// The forward's first K and V copies go out before Q's load and the first key block's
 /// scores (its first loop's prologue goes where what it needs exists, ahead of the `dot`
-/// before the loop); dQ's, with no `dot` before its loop to hide them behind, stay at the loop.
+/// before the loop); dQ's K copies, with no `dot` before its loop to hide them behind, stay at
+/// the loop, while its Q (a one-shot copy) goes out first.
 #[test]
 fn the_forward_issues_its_first_copies_before_its_first_scores() {
     use kiln_codegen::thread::Op;
-    let first = |name: &str, op: &dyn Fn(&Op) -> bool| {
+    // The top-level position of the first op `op` accepts, given the program's tensor maps.
+    let first = |name: &str, op: &dyn Fn(&Op, &[kiln_dsl::TensorMapSpec]) -> bool| {
         let case = attention_case(name, BF16, 128, true, Target::Sm90a);
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-        program.body.insts.iter().position(|i| op(&i.op))
+        let maps = program.tensor_maps.clone();
+        program.body.insts.iter().position(|i| op(&i.op, &maps))
     };
-    let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
-    let wgmma = |op: &Op| matches!(op, Op::Wgmma { .. });
-    let global_load = |op: &Op| matches!(op, Op::LoadVector { .. });
-    let forward_copy = first("attention_fwd", &copy).expect("the forward copies with TMA");
+    // A TMA copy of kernel argument `base` (any with `None`).
+    let copy_of = |base: Option<usize>| {
+        move |op: &Op, maps: &[kiln_dsl::TensorMapSpec]| match op {
+            Op::TmaLoad { map, .. } => base.is_none_or(|base| maps[*map].base == base),
+            _ => false,
+        }
+    };
+    let wgmma = |op: &Op, _: &[kiln_dsl::TensorMapSpec]| matches!(op, Op::Wgmma { .. });
+    let global_load = |op: &Op, _: &[kiln_dsl::TensorMapSpec]| matches!(op, Op::LoadVector { .. });
+    let forward_copy = first("attention_fwd", &copy_of(None)).expect("the forward copies");
     assert!(forward_copy < first("attention_fwd", &global_load).expect("Q's load"));
     assert!(forward_copy < first("attention_fwd", &wgmma).expect("the first scores"));
-    // dQ's copies are issued at its loop, after its Q and dO tiles are loaded.
-    let dq_copy = first("attention_bwd_dq", &copy).expect("dQ copies with TMA");
-    assert!(dq_copy > first("attention_bwd_dq", &global_load).expect("Q's load"));
+    // dQ's arguments begin `q, k, v`: its K copies go out at its loop, after O and dO load.
+    let dq_load = first("attention_bwd_dq", &global_load).expect("O's load");
+    let q_copy = first("attention_bwd_dq", &copy_of(Some(0))).expect("dQ copies Q with TMA");
+    let k_copy = first("attention_bwd_dq", &copy_of(Some(1))).expect("dQ copies K with TMA");
+    assert!(q_copy < dq_load && dq_load < k_copy);
 }
 
 /// The GEMM of two warpgroups (taking turns, its K loop on three TMA stages, its buffers freed
@@ -1531,8 +1542,9 @@ fn skeleton(thread: &str) -> String {
 
 /// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
 /// or with TMA where they run on `wgmma` (every kernel describes its streamed tensors whole),
-/// and the tiles they load and store outside the loops move 16 bytes per vector; on `wgmma` the
-/// forward's O and dQ are stored by TMA.
+/// and the tiles they load and store outside the loops in registers (the forward's Q for its
+/// scale's sign, dQ's O and dO for delta, dK/dV's K and V) move 16 bytes per vector; on `wgmma`
+/// the forward's O and dQ are stored by TMA.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {

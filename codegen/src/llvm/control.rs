@@ -4,12 +4,10 @@
 
 use inkwell::IntPredicate;
 use inkwell::basic_block::BasicBlock;
-use inkwell::llvm_sys::LLVMAtomicOrdering;
-use inkwell::llvm_sys::LLVMAtomicRMWBinOp;
-use inkwell::llvm_sys::core::LLVMBuildAtomicRMW;
 use inkwell::types::{BasicTypeEnum, VectorType};
-use inkwell::values::{AsValueRef, BasicValue, BasicValueEnum, PhiValue};
+use inkwell::values::{BasicValue, BasicValueEnum, PhiValue};
 
+use super::ops::asm_constraints;
 use super::{Result, Translation};
 use crate::thread::{Block, Reg};
 use crate::{CodegenError, Stage};
@@ -222,46 +220,27 @@ impl<'ctx> Translation<'_, 'ctx> {
         })
     }
 
-    /// One f32: `atomicrmw fadd` (relaxed, system scope), which NVPTX emits as
-    /// `atom.global.add.f32` and ptxas turns into a `RED` since no result is used; inkwell only
-    /// builds integer `atomicrmw`s, so this goes through the LLVM C API. Two or four: LLVM has no
-    /// vector atomic for NVPTX, so `red.global.add.v{2,4}.f32` is inline asm.
+    /// `red.global.add{.v2,.v4}.f32` (relaxed, GPU scope) as inline asm: LLVM has no vector
+    /// atomic for NVPTX, and the predicate goes inside the statement, where a branch around each
+    /// of a tile's atomics put a convergence barrier (`BSSY`/`BSYNC`) around each (no faster
+    /// either way on the fused backward: docs/PERF.md, 2026-11-26, ninth session).
     pub(super) fn atomic_add(&mut self, ptr: Reg, values: &[Reg], pred: Option<Reg>) -> Result<()> {
-        let address = self.value(ptr)?.into_pointer_value();
-        if let [value] = values {
-            let value = self.value(*value)?.into_float_value();
-            return self.predicated(pred, |this| {
-                // Safety: the builder is positioned, `address` is a pointer and `value` an f32, as
-                // `atomicrmw fadd` needs.
-                unsafe {
-                    LLVMBuildAtomicRMW(
-                        this.builder.as_mut_ptr(),
-                        LLVMAtomicRMWBinOp::LLVMAtomicRMWBinOpFAdd,
-                        address.as_value_ref(),
-                        value.as_value_ref(),
-                        LLVMAtomicOrdering::LLVMAtomicOrderingMonotonic,
-                        0,
-                    )
-                };
-                Ok(())
-            });
-        }
-        let mut inputs = vec![address.into()];
+        let mut inputs = vec![self.value(ptr)?];
         for &value in values {
             inputs.push(self.value(value)?);
         }
         let operands: Vec<String> = (1..=values.len()).map(|i| format!("${i}")).collect();
-        let asm = format!(
-            "red.global.add.v{}.f32 [$0], {{{}}};",
-            values.len(),
-            operands.join(", ")
-        );
-        let mut constraints = vec!["l".to_string()];
-        constraints.extend(values.iter().map(|_| "f".to_string()));
-        self.predicated(pred, |this| {
-            this.asm(&asm, &constraints, &[], &inputs)?;
-            Ok(())
-        })
+        let asm = match values.len() {
+            1 => "red.global.add.f32 [$0], $1;".to_string(),
+            n => format!("red.global.add.v{n}.f32 [$0], {{{}}};", operands.join(", ")),
+        };
+        match pred {
+            Some(pred) => self.predicated_asm(&asm, &inputs, pred),
+            None => {
+                self.asm(&asm, &asm_constraints(&inputs), &[], &inputs)?;
+                Ok(())
+            }
+        }
     }
 
     /// Runs `access` in a block of its own that is branched around where `pred` is false.

@@ -633,7 +633,7 @@ impl<'ctx> Translation<'_, 'ctx> {
              kiln_tma_${{:uid}}:\n\t}}"
         );
         inputs.push(self.asm_flag(warps)?);
-        self.asm(&asm, &int_constraints(&inputs), &[], &inputs)?;
+        self.asm(&asm, &asm_constraints(&inputs), &[], &inputs)?;
         Ok(())
     }
 
@@ -670,9 +670,9 @@ impl<'ctx> Translation<'_, 'ctx> {
             .into())
     }
 
-    /// One PTX statement on `inputs` (i32 operands `r`, i64 `l`), run by the threads where
-    /// `pred` holds: a predicate inside the statement, not a branch around it.
-    fn predicated_asm(
+    /// One PTX statement on `inputs` ([`asm_constraints`]), run by the threads where `pred`
+    /// holds: a predicate inside the statement, not a branch around it.
+    pub(super) fn predicated_asm(
         &self,
         statement: &str,
         inputs: &[BasicValueEnum<'ctx>],
@@ -684,7 +684,7 @@ impl<'ctx> Translation<'_, 'ctx> {
         );
         let mut all = inputs.to_vec();
         all.push(self.asm_flag(pred)?);
-        self.asm(&asm, &int_constraints(&all), &[], &all)?;
+        self.asm(&asm, &asm_constraints(&all), &[], &all)?;
         Ok(())
     }
 
@@ -906,11 +906,14 @@ impl<'ctx> Translation<'_, 'ctx> {
     }
 }
 
-/// The asm constraints of integer `inputs`: `l` for 64-bit ones, `r` for the rest.
-fn int_constraints(inputs: &[BasicValueEnum<'_>]) -> Vec<String> {
+/// The asm constraints of `inputs`: `f` for f32, `l` for pointers and 64-bit integers, `r` for
+/// the rest.
+pub(super) fn asm_constraints(inputs: &[BasicValueEnum<'_>]) -> Vec<String> {
     inputs
         .iter()
         .map(|v| match v {
+            BasicValueEnum::FloatValue(_) => "f",
+            BasicValueEnum::PointerValue(_) => "l",
             BasicValueEnum::IntValue(i) if i.get_type().get_bit_width() == 64 => "l",
             _ => "r",
         })

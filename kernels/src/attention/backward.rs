@@ -161,12 +161,22 @@ pub fn attention_bwd_dq<
     let head = batch_head % heads_q;
     let head_kv = head / group;
 
-    let q_base = head_base::<T>(q, batch, head, q_batch_stride, q_head_stride);
     let o_base = head_base::<T>(o, batch, head, o_batch_stride, o_head_stride);
     let do_base = head_base::<T>(d_o, batch, head, do_batch_stride, do_head_stride);
 
-    let q_block =
-        row_block::<T, HEAD_DIM, BLOCK_M>(q_base, seqlen_q, q_seq_stride, start_m * BLOCK_M);
+    // Described whole: only `dot`s read Q, so on `wgmma` kiln-codegen copies it with TMA.
+    let q_block = head_rows_from::<T, HEAD_DIM, BLOCK_M>(
+        q,
+        batches,
+        heads_q,
+        seqlen_q,
+        q_batch_stride,
+        q_head_stride,
+        q_seq_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
     let o_block =
         row_block::<T, HEAD_DIM, BLOCK_M>(o_base, seqlen_q, o_seq_stride, start_m * BLOCK_M);
     let do_block =
@@ -291,6 +301,9 @@ pub fn attention_bwd_dkdv<
     let batch = batch_head_kv / heads_kv;
     let head_kv = batch_head_kv % heads_kv;
 
+    // Through registers: described whole (`head_rows_from`), K and V would be one-shot TMA
+    // copies, which made ptxas spill in the D64 loop (132-164 bytes against 16-24), 9-14% slower
+    // (docs/PERF.md, 2026-11-26, ninth session).
     let k_base = head_base::<T>(k, batch, head_kv, k_batch_stride, k_head_stride);
     let v_base = head_base::<T>(v, batch, head_kv, v_batch_stride, v_head_stride);
     let k_block =
