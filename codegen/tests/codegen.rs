@@ -1034,30 +1034,32 @@ fn nested_pipelined_loops_keep_their_own_copies() {
 /// the loop, while its Q (a one-shot copy) goes out first.
 #[test]
 fn the_forward_issues_its_first_copies_before_its_first_scores() {
-    use kiln_codegen::thread::Op;
-    // The top-level position of the first op `op` accepts, given the program's tensor maps.
-    let first = |name: &str, op: &dyn Fn(&Op, &[kiln_dsl::TensorMapSpec]) -> bool| {
+    use kiln_codegen::thread::{Op, Program};
+    let program = |name: &str| {
         let case = attention_case(name, BF16, 128, true, Target::Sm90a);
-        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap()
+    };
+    // The top-level position of the first op `op` accepts.
+    let first = |program: &Program, op: &dyn Fn(&Op) -> bool| {
+        program.body.insts.iter().position(|i| op(&i.op))
+    };
+    // A TMA copy through a map of kernel argument `base`.
+    let copy_of = |program: &Program, base: usize| {
         let maps = program.tensor_maps.clone();
-        program.body.insts.iter().position(|i| op(&i.op, &maps))
+        move |op: &Op| matches!(op, Op::TmaLoad { map, .. } if maps[*map].base == base)
     };
-    // A TMA copy of kernel argument `base` (any with `None`).
-    let copy_of = |base: Option<usize>| {
-        move |op: &Op, maps: &[kiln_dsl::TensorMapSpec]| match op {
-            Op::TmaLoad { map, .. } => base.is_none_or(|base| maps[*map].base == base),
-            _ => false,
-        }
-    };
-    let wgmma = |op: &Op, _: &[kiln_dsl::TensorMapSpec]| matches!(op, Op::Wgmma { .. });
-    let global_load = |op: &Op, _: &[kiln_dsl::TensorMapSpec]| matches!(op, Op::LoadVector { .. });
-    let forward_copy = first("attention_fwd", &copy_of(None)).expect("the forward copies");
-    assert!(forward_copy < first("attention_fwd", &global_load).expect("Q's load"));
-    assert!(forward_copy < first("attention_fwd", &wgmma).expect("the first scores"));
+    let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
+    let wgmma = |op: &Op| matches!(op, Op::Wgmma { .. });
+    let global_load = |op: &Op| matches!(op, Op::LoadVector { .. });
+    let forward = program("attention_fwd");
+    let forward_copy = first(&forward, &copy).expect("the forward copies");
+    assert!(forward_copy < first(&forward, &global_load).expect("Q's load"));
+    assert!(forward_copy < first(&forward, &wgmma).expect("the first scores"));
     // dQ's arguments begin `q, k, v`: its K copies go out at its loop, after O and dO load.
-    let dq_load = first("attention_bwd_dq", &global_load).expect("O's load");
-    let q_copy = first("attention_bwd_dq", &copy_of(Some(0))).expect("dQ copies Q with TMA");
-    let k_copy = first("attention_bwd_dq", &copy_of(Some(1))).expect("dQ copies K with TMA");
+    let dq = program("attention_bwd_dq");
+    let dq_load = first(&dq, &global_load).expect("O's load");
+    let q_copy = first(&dq, &copy_of(&dq, 0)).expect("dQ copies Q with TMA");
+    let k_copy = first(&dq, &copy_of(&dq, 1)).expect("dQ copies K with TMA");
     assert!(q_copy < dq_load && dq_load < k_copy);
 }
 
