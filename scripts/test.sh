@@ -66,7 +66,7 @@ target/kiln-c-smoke
 python3 -c 'import sys; sys.path.insert(0, "python"); import kiln_attention'
 python3 scripts/attention_vs_sdpa.py selftest >/dev/null
 # The GPU-only scripts (PyTorch there) at least parse.
-for script in scripts/long_sequence.py scripts/fused_backward.py; do
+for script in scripts/long_sequence.py scripts/fused_backward.py scripts/kernel_times.py scripts/ab_libraries.py; do
     python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$script"
 done
 

@@ -34,8 +34,8 @@ pub struct TensorMapSpec {
     pub strides: Vec<MapScalar>,
     /// The box one copy moves, per dimension (1 along indexed dimensions).
     pub box_shape: Vec<u32>,
-    /// The shared-memory swizzle the copies write: 128, 64 or 32 bytes; a box row (its last
-    /// dimension) is that long.
+    /// The shared-memory swizzle the copies write: 128, 64 or 32 bytes, a box row (its last
+    /// dimension) that long; or 0, none: the box lands row-major, its rows 16-byte multiples.
     pub swizzle_bytes: u32,
 }
 

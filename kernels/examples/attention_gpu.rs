@@ -200,17 +200,17 @@ fn on_gpu(
             dims: like.dims,
         })
     };
-    let outputs = Outputs {
-        o: down(&o, &poisoned.o)?,
-        lse: lse.to_host(device)?,
-        dq: down(&dq, &poisoned.dq)?,
-        dk: down(&dk, &poisoned.dk)?,
-        dv: down(&dv, &poisoned.dv)?,
-        // The Rust API keeps delta and the dQ accumulator in its own workspace; the interpreter
-        // tests check them.
-        delta: kiln_dsl::HostBuffer::from_f32(kiln_dsl::DType::F32, &vec![0.0; p.lse_len()]),
-        dq_accum: kiln_dsl::HostBuffer::zeros(kiln_dsl::DType::F32, 0),
-    };
+    // The Rust API keeps the row statistics and the dQ accumulator in its own workspace; the
+    // interpreter tests check them.
+    let outputs = Outputs::without_workspace(
+        down(&o, &poisoned.o)?,
+        lse.to_host(device)?,
+        [
+            down(&dq, &poisoned.dq)?,
+            down(&dk, &poisoned.dk)?,
+            down(&dv, &poisoned.dv)?,
+        ],
+    );
     // Bytes, not values: the padding of strided outputs holds NaN poison, which equals nothing.
     let bytes = |dq: &DeviceBuffer, dk: &DeviceBuffer, dv: &DeviceBuffer| {
         Ok::<_, AttentionError>([

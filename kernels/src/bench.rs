@@ -303,16 +303,16 @@ impl Problem {
                 &head.slice(p, &down(buffer)?, side),
             ))
         };
-        let got = Outputs {
-            o: dense(&self.o, Side::Queries)?,
-            lse: HostBuffer::from_f64(DType::F32, &lse),
-            dq: dense(&self.dq, Side::Queries)?,
-            dk: dense(&self.dk, Side::Keys)?,
-            dv: dense(&self.dv, Side::Keys)?,
-            // The Rust API keeps delta and the dQ accumulator in its own workspace.
-            delta: HostBuffer::from_f64(DType::F32, &vec![0.0; sub.lse_len()]),
-            dq_accum: HostBuffer::zeros(DType::F32, 0),
-        };
+        // The Rust API keeps the row statistics and the dQ accumulator in its own workspace.
+        let got = Outputs::without_workspace(
+            dense(&self.o, Side::Queries)?,
+            HostBuffer::from_f64(DType::F32, &lse),
+            [
+                dense(&self.dq, Side::Queries)?,
+                dense(&self.dk, Side::Keys)?,
+                dense(&self.dv, Side::Keys)?,
+            ],
+        );
         Ok(got.compare(&sub, &reference.want, false))
     }
 }

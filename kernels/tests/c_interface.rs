@@ -314,9 +314,10 @@ fn bad_strides_alignment_and_sizes_are_refused() {
         &args,
         KILN_INVALID_ARGUMENT,
         &format!(
-            "workspace_bytes must be at least {} (batch * heads_q * seqlen_q f32), got {}",
-            B * HQ * NQ * 4,
-            B * HQ * NQ * 4 - 1
+            "workspace_bytes must be at least {} (two f32 row statistics of batch * heads_q * \
+             seqlen_q rounded to 8), got {}",
+            2 * B * HQ * 104 * 4,
+            2 * B * HQ * 104 * 4 - 1
         ),
     );
 }
@@ -406,10 +407,12 @@ fn valid_requests_kiln_lacks_are_unsupported_and_invalid_ones_say_so_first() {
 }
 
 #[test]
-fn the_workspace_holds_one_f32_per_query_row_and_the_fused_dq_accumulator() {
+fn the_workspace_holds_two_f32_per_query_row_and_the_fused_dq_accumulator() {
     // Safety: a valid config.
     let bytes = unsafe { kiln_attn_bwd_workspace_bytes(&config()) };
-    assert_eq!(bytes, (B * HQ * NQ * 4) as usize);
+    // The LSE in base 2 and delta, each head's rows rounded up to 8 (100 to 104).
+    let stats = (B * HQ * 104 * 4) as usize;
+    assert_eq!(bytes, 2 * stats);
     assert_eq!(last_error(), "");
     let fused = kiln_attn_config {
         flags: KILN_FLAG_FUSED_BACKWARD,
@@ -417,11 +420,10 @@ fn the_workspace_holds_one_f32_per_query_row_and_the_fused_dq_accumulator() {
     };
     // Safety: a valid config.
     let fused_bytes = unsafe { kiln_attn_bwd_workspace_bytes(&fused) };
-    // delta, padded to 256 bytes, then an f32 for every element of dQ.
-    let delta = (B * HQ * NQ * 4) as usize;
+    // The statistics, padded to 256 bytes, then an f32 for every element of dQ.
     assert_eq!(
         fused_bytes,
-        delta.next_multiple_of(256) + (B * HQ * NQ * D * 4) as usize
+        (2 * stats).next_multiple_of(256) + (B * HQ * NQ * D * 4) as usize
     );
     // A workspace sized for the split backward is too small for the fused one.
     let mut args = backward_args();

@@ -75,6 +75,7 @@ fn encode(params: &TensorMapParams, context: Context) -> std::result::Result<Ten
         128 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
         64 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_64B,
         32 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_32B,
+        0 => sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
         other => return Err(format!("no {other}-byte swizzle")),
     };
     let element_strides = vec![1u32; rank];

@@ -264,14 +264,20 @@ fn box_elements(
     let ty = match map.dtype {
         DType::F16 => Type::F16,
         DType::BF16 => Type::BF16,
+        DType::F32 => Type::F32,
         other => return Err(format!("TMA transfer of {other}, which kiln never emits")),
     };
     let elem = ty.bytes() as u64;
     let inner = map.box_dims[0] as u64 * elem;
-    if inner != map.swizzle_bytes as u64 {
+    let rows_fit = match map.swizzle_bytes {
+        // Unswizzled, a box row is any multiple of 16 bytes.
+        0 => inner.is_multiple_of(16),
+        span => inner == span as u64,
+    };
+    if !rows_fit || map.box_dims.iter().any(|&d| d > 256) {
         return Err(format!(
-            "TMA box rows of {inner} bytes with a {}-byte swizzle",
-            map.swizzle_bytes
+            "TMA box rows of {inner} bytes with a {}-byte swizzle, box {:?}",
+            map.swizzle_bytes, map.box_dims
         ));
     }
     let elements: u64 = map.box_dims.iter().map(|&b| b as u64).product();
@@ -298,8 +304,11 @@ fn box_elements(
 }
 
 /// TMA's swizzle of a shared byte address: bits `[4, 4 + log2(span / 16))` XOR the bits
-/// `[7, ..)` above them (16-byte chunks within each 128-byte line, by line).
+/// `[7, ..)` above them (16-byte chunks within each 128-byte line, by line); none at span 0.
 fn swizzled(address: u64, span: u32) -> u64 {
+    if span == 0 {
+        return address;
+    }
     let chunks = (span / 16) as u64 - 1;
     address ^ (((address >> 7) & chunks) << 4)
 }

@@ -196,7 +196,7 @@ impl LayoutAssignment {
             .pipelines
             .values()
             .flat_map(|p| &p.loads)
-            .map(|l| &l.shared)
+            .filter_map(|l| l.shared.as_ref())
             .chain(self.tma_once.values().map(|l| &l.shared))
             .map(|shared| Layout::Shared(shared.clone()));
         let values = self.layouts.iter().flatten().cloned();

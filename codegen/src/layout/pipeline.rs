@@ -28,6 +28,15 @@
 //! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself. A load at the
 //! kernel's top level that only `dot`s read, of such an array, is one TMA copy too, into its
 //! staged tile ([`OnceLoad`]), at any `num_stages`; its staging is dropped likewise.
+//!
+//! A TMA loop also streams the loads of its body that registers read (not only `dot`s), from
+//! arrays described whole, whose tiles TMA can copy unswizzled (rows of 16-byte multiples, at
+//! most 256 elements a dimension): the backward's per-row statistics, which the scores
+//! want in their column layout, 16 to 32 columns a thread. Their buffers are plain row-major
+//! tiles ([`PipelinedLoad::shared`] is `None`), filled with the loop's other copies, and where
+//! the load stands each thread reads its elements from the iteration's buffer: the data is
+//! there, waited for with the rest, rather than each thread loading from global memory when
+//! the scores want it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -54,11 +63,20 @@ pub struct PipelinedLoad {
     /// How far the loop advances that pointer per iteration, per dimension.
     pub deltas: Vec<Delta>,
     pub boundary_check: Vec<usize>,
-    /// Each buffer's layout: the staging layout the load would otherwise have had.
-    pub shared: SharedLayout,
+    /// Each buffer's layout: the staging layout the load would otherwise have had; `None` for
+    /// a load whose tile registers read, a row-major tile copied unswizzled (with TMA only).
+    pub shared: Option<SharedLayout>,
     /// With TMA: the tensor map it copies through (an index into the kernel's maps), and the
     /// `make_block_ptr` offsets that index the array's leading dimensions, outermost first.
     pub tma: Option<TmaLoad>,
+}
+
+impl PipelinedLoad {
+    /// Whether each thread reads its part of the tile from the buffer into registers, where
+    /// the load stands, rather than `dot`s reading the buffer.
+    pub fn read_in_registers(&self) -> bool {
+        self.shared.is_none()
+    }
 }
 
 /// How a pipelined load copies with TMA: through the kernel's tensor map `map`, whose box is
@@ -123,6 +141,7 @@ pub(super) fn apply(
         let inside = defined_in(body);
         let mut at = for_index + 1;
         let mut loads = Vec::new();
+        let mut read_in_registers = Vec::new();
         for inst in &body.insts {
             let inst_index = at;
             at += inst_count(inst);
@@ -148,7 +167,17 @@ pub(super) fn apply(
             let Some(deltas) = deltas else {
                 continue;
             };
+            let mut load = PipelinedLoad {
+                inst_index,
+                value,
+                param: *ptr,
+                deltas,
+                boundary_check: boundary_check.clone(),
+                shared: None,
+                tma: None,
+            };
             if !dot_only[value.index()] {
+                read_in_registers.push(load);
                 continue;
             }
             let Some(shared) = staging(assignment, value) else {
@@ -157,27 +186,29 @@ pub(super) fn apply(
             if !copies_whole_vectors(kernel, assignment, divisibility, inst, &shared) {
                 continue;
             }
-            loads.push(PipelinedLoad {
-                inst_index,
-                value,
-                param: *ptr,
-                deltas,
-                boundary_check: boundary_check.clone(),
-                shared,
-                tma: None,
-            });
+            load.shared = Some(shared);
+            loads.push(load);
         }
-        if assignment.uses_wgmma() {
-            let views: Option<Vec<_>> = loads
-                .iter()
-                .map(|l| {
-                    let view = (l.param, l.value, &l.shared);
-                    tma_view(kernel, divisibility, &definitions, &carriers, view)
-                })
-                .collect();
-            for (load, (spec, leading)) in loads.iter_mut().zip(views.into_iter().flatten()) {
-                let map = assignment.tensor_map(spec);
-                load.tma = Some(TmaLoad { map, leading });
+        if assignment.uses_wgmma() && !loads.is_empty() {
+            let view = |l: &PipelinedLoad| {
+                let view = (l.param, l.value, l.shared.as_ref());
+                tma_view(kernel, divisibility, &definitions, &carriers, view)
+            };
+            let views: Option<Vec<_>> = loads.iter().map(view).collect();
+            if let Some(views) = views {
+                // A TMA loop: the loads registers read join it where TMA can copy them too.
+                let joining: Vec<_> = read_in_registers
+                    .into_iter()
+                    .filter_map(|l| view(&l).map(|v| (l, v)))
+                    .collect();
+                let (joined, joined_views): (Vec<_>, Vec<_>) = joining.into_iter().unzip();
+                loads.extend(joined);
+                for (load, (spec, leading)) in
+                    loads.iter_mut().zip(views.into_iter().chain(joined_views))
+                {
+                    let map = assignment.tensor_map(spec);
+                    load.tma = Some(TmaLoad { map, leading });
+                }
             }
         }
         if !loads.is_empty() {
@@ -191,7 +222,7 @@ pub(super) fn apply(
         }
     });
     for pipelined in loops.values() {
-        for load in &pipelined.loads {
+        for load in pipelined.loads.iter().filter(|l| !l.read_in_registers()) {
             for conversions in assignment.conversions.values_mut() {
                 conversions.retain(|c| !(c.value == load.value && c.kind == ConversionKind::Stage));
             }
@@ -230,7 +261,7 @@ pub(super) fn once_loads(
         let Some(shared) = staging(assignment, value).filter(|_| dot_only[value.index()]) else {
             continue;
         };
-        let view = (*ptr, value, &shared);
+        let view = (*ptr, value, Some(&shared));
         if let Some((spec, leading)) = tma_view(kernel, divisibility, &definitions, &carriers, view)
         {
             let map = assignment.tensor_map(spec);
@@ -316,14 +347,14 @@ fn block_origin<'k>(
 }
 
 /// The tensor map TMA can move the tile `value` through, between the block pointer `ptr` and a
-/// shared tile of layout `shared`, and the offsets indexing its array's leading dimensions, if
-/// it can (see the module doc).
+/// shared tile of layout `shared` (`None`: a plain row-major tile), and the offsets indexing its
+/// array's leading dimensions, if it can (see the module doc).
 pub(super) fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
     carriers: &HashMap<Value, (&Inst, usize)>,
-    (ptr, value, shared): (Value, Value, &SharedLayout),
+    (ptr, value, shared): (Value, Value, Option<&SharedLayout>),
 ) -> Option<(TensorMapSpec, Vec<Value>)> {
     // Reached through values the loop sees, the `make_block_ptr` is in a region around the
     // loop: its leading offsets are in scope there.
@@ -355,7 +386,10 @@ pub(super) fn tma_view(
     let shape: Option<Vec<_>> = shape.iter().map(|&v| scalar(v)).collect();
     let map_strides: Option<Vec<_>> = strides.iter().map(|&v| scalar(v)).collect();
     let (shape, map_strides) = (shape?, map_strides?);
-    if order.as_slice() != [1, 0] || map_strides.last() != Some(&MapScalar::Const(1)) {
+    // Row-major tiles only: the block's dimensions from the last (contiguous) one down.
+    let tile_shape = kernel.ty(value).shape();
+    let row_major = order.iter().rev().copied().eq(0..tile_shape.len());
+    if !row_major || map_strides.last() != Some(&MapScalar::Const(1)) {
         return None;
     }
     // What TMA asks of the array, proved from what launches guarantee (and check): a 16-byte
@@ -370,16 +404,28 @@ pub(super) fn tma_view(
     {
         return None;
     }
-    let [rows, cols] = <[usize; 2]>::try_from(kernel.ty(value).shape()).ok()?;
-    let tile = shared.swizzled([rows, cols]);
-    let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
-    if tile.order != [1, 0] || rows > MAX_BOX {
-        return None;
-    }
-    let slab = swizzle_bytes / elem_bytes;
-    let lead = shape.len() - 2;
+    let (box_tile, swizzle_bytes) = match shared {
+        Some(shared) => {
+            let [rows, cols] = <[usize; 2]>::try_from(tile_shape).ok()?;
+            let tile = shared.swizzled([rows, cols]);
+            let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
+            if tile.order != [1, 0] || rows > MAX_BOX {
+                return None;
+            }
+            (vec![rows, swizzle_bytes / elem_bytes], swizzle_bytes)
+        }
+        // One copy of the whole tile, unswizzled: its rows whole 16-byte multiples.
+        None => {
+            let row_bytes = tile_shape.last()? * elem_bytes;
+            if !row_bytes.is_multiple_of(16) || tile_shape.iter().any(|&d| d > MAX_BOX) {
+                return None;
+            }
+            (tile_shape.to_vec(), 0)
+        }
+    };
+    let lead = shape.len().checked_sub(tile_shape.len())?;
     let mut box_shape = vec![1; lead];
-    box_shape.extend([rows as u32, slab as u32]);
+    box_shape.extend(box_tile.iter().map(|&d| d as u32));
     let spec = TensorMapSpec {
         dtype: kernel.dtype(value),
         base: argument(*base)?,

@@ -122,10 +122,13 @@ impl LayoutAssignment {
                         Some(tma) => format!("tma map {}", tma.map),
                         None => "cp.async 16 B".to_string(),
                     };
+                    let buffer = match &load.shared {
+                        Some(shared) => alias(&Layout::Shared(shared.clone())),
+                        None => "row-major, read in registers".to_string(),
+                    };
                     out.push_str(&format!(
-                        "  // {copy} -> {} x {}",
+                        "  // {copy} -> {} x {buffer}",
                         stages.map_or(0, |(_, p)| p.stages),
-                        alias(&Layout::Shared(load.shared.clone()))
                     ));
                 }
             }

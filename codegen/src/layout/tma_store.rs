@@ -106,7 +106,7 @@ pub(super) fn apply(
             continue;
         };
         let shared = SharedLayout::from_swizzled(&tile);
-        let view = (*ptr, *value, &shared);
+        let view = (*ptr, *value, Some(&shared));
         let Some((mut spec, leading)) =
             tma_view(kernel, divisibility, &definitions, &carriers, view)
         else {

@@ -1,41 +1,50 @@
 //! FlashAttention backward, split as in seed 001 but in two kernels: a dQ kernel that walks key
-//! tiles and also writes `delta = rowsum(dO * O)` of its query rows (seed 001's preprocessing,
-//! done where dO is read anyway: one launch and one pass over dO fewer), then a dK/dV kernel that
-//! walks query tiles and reads it. No atomics: each output element is written by exactly one
-//! program, so the split backward is deterministic.
+//! tiles and also writes two statistics of its query rows, `delta = rowsum(dO * O)` and the LSE
+//! in base 2 (seed 001's preprocessing, done where dO is read anyway: one launch and one pass
+//! over dO fewer), then a dK/dV kernel that walks query tiles and reads them. No atomics: each
+//! output element is written by exactly one program, so the split backward is deterministic.
 //!
 //! Or fused, as FlashAttention-2 and 3 do (`KILN_FLAG_FUSED_BACKWARD`): a preprocessing kernel
-//! writes delta and zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K` into it
-//! with atomic adds (no second pass over the keys), and a last kernel scales and rounds it into
-//! dQ. The order of the adds varies, so dQ may differ in its last bits from run to run.
+//! writes the statistics and zeroes an f32 dQ accumulator, the dK/dV walk adds each tile's `dS K`
+//! into it with atomic adds (no second pass over the keys), and a last kernel scales and rounds
+//! it into dQ. The order of the adds varies, so dQ may differ in its last bits from run to run.
 //!
 //! Both gradient kernels recompute `P = exp2(s * log2(e) - lse * log2(e))`, one FFMA and an `exp2`
-//! a score, from the forward's natural-log LSE. A row with LSE = -inf saw no key: it gets `+inf` in
-//! place of its LSE, so its `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
+//! a score, from the forward's natural-log LSE in base 2. A row with LSE = -inf saw no key: it
+//! gets `+inf` in place of its LSE, so its `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
+//! dK/dV computes key-major (`S^T = K Q^T`, FlashAttention-3's form), so that every product takes
+//! its A operand from registers; it wants each query tile's statistics in the scores' column
+//! layout, which its loop streams with the tiles ([`head_stats`]).
 
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, head_rows, head_rows_from, key_blocks, key_range, lse_log2,
-    mask_scores, query_block, row_block,
+    check_head_dim, head_base, head_rows, head_rows_from, head_stats, key_blocks, key_range,
+    lse_log2, mask_scores, query_block, row_block, visible_by_key,
 };
 
-/// The fused backward's preprocessing: `delta = rowsum(dO * O)` of `BLOCK_M` query rows, and the
-/// same rows of the dQ accumulator zeroed.
+/// The fused backward's preprocessing of `BLOCK_M` query rows: their `delta = rowsum(dO * O)`
+/// and LSE in base 2 (see [`lse_log2`]) into the statistics arrays dK/dV reads ([`head_stats`]),
+/// and their rows of the dQ accumulator zeroed.
 #[kernel]
 pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     o: Ptr<T>,
     d_o: Ptr<T>,
+    lse: Ptr<f32>,
+    lse_base2: Ptr<f32>,
     delta: Ptr<f32>,
     dq_accum: Ptr<f32>,
     seqlen_q: i32,
     heads_q: i32,
+    batches: i32,
     o_batch_stride: i64,
     o_seq_stride: i64,
     o_head_stride: i64,
     do_batch_stride: i64,
     do_seq_stride: i64,
     do_head_stride: i64,
+    stats_batch_stride: i64,
+    stats_head_stride: i64,
 ) {
     let start_m = program_id(0);
     let batch_head = program_id(1);
@@ -49,11 +58,32 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
         row_block::<T, HEAD_DIM, BLOCK_M>(do_base, seqlen_q, do_seq_stride, start_m * BLOCK_M);
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     let row_base = batch_head.to::<i64>() * seqlen_q;
-    store(
-        delta + row_base + offs_m,
-        row_delta::<T>(load(o_block, [0]), load(do_block, [0])),
-        offs_m < seqlen_q,
+    let lse_row = load(lse + row_base + offs_m, offs_m < seqlen_q, 0.0);
+    let lse_block = head_stats::<BLOCK_M>(
+        lse_base2,
+        batches,
+        heads_q,
+        seqlen_q,
+        stats_batch_stride,
+        stats_head_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
     );
+    let delta_block = head_stats::<BLOCK_M>(
+        delta,
+        batches,
+        heads_q,
+        seqlen_q,
+        stats_batch_stride,
+        stats_head_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
+    store(lse_block, lse_log2(lse_row), [0]);
+    let delta_row = row_delta::<T>(load(o_block, [0]), load(do_block, [0]));
+    store(delta_block, delta_row, [0]);
     let accum =
         dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
     store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
@@ -111,7 +141,8 @@ fn dq_accum_block<const HEAD_DIM: usize, const BLOCK_M: usize>(
 }
 
 /// dQ for one (query block, batch x query head): `dQ = scale * sum_j dS_ij K_j`; it also writes
-/// the block's `delta = rowsum(dO * O)`, which it uses and the dK/dV kernel after it reads.
+/// the block's `delta = rowsum(dO * O)`, which it uses, and LSE in base 2, into the statistics
+/// arrays the dK/dV kernel after it reads ([`head_stats`]).
 #[kernel]
 pub fn attention_bwd_dq<
     T,
@@ -127,6 +158,7 @@ pub fn attention_bwd_dq<
     d_o: Ptr<T>,
     dq: Ptr<T>,
     lse: Ptr<f32>,
+    lse_base2: Ptr<f32>,
     delta: Ptr<f32>,
     seqlen_q: i32,
     seqlen_k: i32,
@@ -152,6 +184,8 @@ pub fn attention_bwd_dq<
     dq_batch_stride: i64,
     dq_seq_stride: i64,
     dq_head_stride: i64,
+    stats_batch_stride: i64,
+    stats_head_stride: i64,
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
@@ -203,9 +237,33 @@ pub fn attention_bwd_dq<
     let row_ok = offs_m < seqlen_q;
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
+    let lse_row = lse_log2(lse_row);
     let delta_row = row_delta::<T>(load(o_block, [0]), do_tile);
-    store(delta + row_base + offs_m, delta_row, row_ok);
-    let lse_neg = -lse_log2(lse_row).expand_dims(1);
+    let lse_block = head_stats::<BLOCK_M>(
+        lse_base2,
+        batches,
+        heads_q,
+        seqlen_q,
+        stats_batch_stride,
+        stats_head_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
+    let delta_block = head_stats::<BLOCK_M>(
+        delta,
+        batches,
+        heads_q,
+        seqlen_q,
+        stats_batch_stride,
+        stats_head_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
+    store(lse_block, lse_row, [0]);
+    store(delta_block, delta_row, [0]);
+    let lse_neg = -lse_row.expand_dims(1);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let shift = seqlen_k - seqlen_q;
     let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
@@ -266,7 +324,7 @@ pub fn attention_bwd_dkdv<
     d_o: Ptr<T>,
     dk: Ptr<T>,
     dv: Ptr<T>,
-    lse: Ptr<f32>,
+    lse_base2: Ptr<f32>,
     delta: Ptr<f32>,
     dq_accum: Ptr<f32>,
     seqlen_q: i32,
@@ -293,6 +351,8 @@ pub fn attention_bwd_dkdv<
     dv_batch_stride: i64,
     dv_seq_stride: i64,
     dv_head_stride: i64,
+    stats_batch_stride: i64,
+    stats_head_stride: i64,
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
@@ -359,51 +419,80 @@ pub fn attention_bwd_dkdv<
             batch,
             head,
         );
+        // Each query tile's statistics are read in the scores' column layout (16 to 32 columns
+        // a thread): described whole, the query loop streams them with TMA too, into shared
+        // memory, rather than each thread loading its columns from global memory when the
+        // scores want them (docs/PERF.md, 2026-11-26, tenth session).
+        let mut lse_block = head_stats::<BLOCK_M>(
+            lse_base2,
+            batches,
+            heads_q,
+            seqlen_q,
+            stats_batch_stride,
+            stats_head_stride,
+            batch,
+            head,
+            begin_m,
+        );
+        let mut delta_block = head_stats::<BLOCK_M>(
+            delta,
+            batches,
+            heads_q,
+            seqlen_q,
+            stats_batch_stride,
+            stats_head_stride,
+            batch,
+            head,
+            begin_m,
+        );
         let mut q_block = advance(q_rows, [begin_m, 0]);
         let mut do_block = advance(do_rows, [begin_m, 0]);
         for start_m in (begin_m..seqlen_q).step_by(BLOCK_M) {
             let q_tile = load(q_block, [0]);
             let do_tile = load(do_block, [0]);
+            let lse_row = load(lse_block, [0]);
+            let delta_row = load(delta_block, [0]);
             let offs_m = start_m + arange(0, BLOCK_M);
-            let row_ok = offs_m < seqlen_q;
-            let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
-            let delta_row = load(delta + row_base + offs_m, row_ok, 0.0);
-            let qk = dot(q_tile, trans(k_tile));
-            // Where the score tiles are at most 64 x 64, dP is issued beside the scores and runs
-            // while P is computed (D128 on sm_90a +4-6%); at 128 x 64 (D64's 4 warps) the two
-            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26).
+            // Key-major (`K Q^T`, FlashAttention-3's form): every product takes its A operand
+            // from registers (K, V, and P^T and dS^T straight from the accumulators).
+            let qk_t = dot(k_tile, trans(q_tile));
             let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
-            let mut dp = if early_dp {
-                dot(do_tile, trans(v_tile))
+            let mut dp_t = if early_dp {
+                dot(v_tile, trans(do_tile))
             } else {
                 0.0
             };
-            // The exponent in one FFMA a score; a masked score's is -inf.
-            let s = fma(qk, qk_scale, -lse_log2(lse_row).expand_dims(1));
+            let s_t = fma(qk_t, qk_scale, -lse_row.expand_dims(0));
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
             } else {
                 partial_keys
             };
-            let s = if needs_mask {
-                mask_scores::<CAUSAL>(s, offs_m, offs_n, shift, seqlen_k)
+            let s_t = if needs_mask {
+                where_(
+                    visible_by_key::<CAUSAL>(offs_n, offs_m, shift, seqlen_k),
+                    s_t,
+                    f32::NEG_INFINITY,
+                )
             } else {
-                s
+                s_t
             };
-            let p = exp2(s);
-            dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
+            let p_t = exp2(s_t);
+            dv_acc = dot(p_t.to::<T>(), do_tile, dv_acc);
             if !early_dp {
-                dp = dot(do_tile, trans(v_tile));
+                dp_t = dot(v_tile, trans(do_tile));
             }
-            let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
-            dk_acc = dot(trans(ds), q_tile, dk_acc);
+            let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
+            dk_acc = dot(ds_t, q_tile, dk_acc);
             if ACCUMULATE_DQ {
                 let accum =
                     dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
-                atomic_add(accum, dot(ds, k_tile), [0]);
+                atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
             }
             q_block = advance(q_block, [BLOCK_M, 0]);
             do_block = advance(do_block, [BLOCK_M, 0]);
+            lse_block = advance(lse_block, [BLOCK_M]);
+            delta_block = advance(delta_block, [BLOCK_M]);
         }
     }
     // From registers: described whole (`head_rows_from`), dK and dV would go out by TMA, which

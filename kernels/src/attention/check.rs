@@ -398,8 +398,9 @@ impl Inputs {
 }
 
 /// The outputs of one forward + backward call, in the inputs' layout: O, dQ, dK and dV as
-/// strided tensors, LSE and the `delta` workspace as `[batch, heads_q, seqlen_q]` f32, and the
-/// fused backward's dQ accumulator (empty for the split backward).
+/// strided tensors, LSE as `[batch, heads_q, seqlen_q]` f32, the backward's row statistics
+/// (`lse_base2` and `delta`, heads [`AttentionParams::stats_stride`] apart), and the fused
+/// backward's dQ accumulator (empty for the split backward).
 #[derive(Debug)]
 pub struct Outputs {
     pub o: StridedTensor,
@@ -407,8 +408,11 @@ pub struct Outputs {
     pub dq: StridedTensor,
     pub dk: StridedTensor,
     pub dv: StridedTensor,
+    pub lse_base2: HostBuffer,
     pub delta: HostBuffer,
     pub dq_accum: HostBuffer,
+    /// The row statistics' head stride, and the rows of a head written.
+    stats: (usize, usize),
 }
 
 impl Outputs {
@@ -421,9 +425,32 @@ impl Outputs {
             dq: like(&inputs.q),
             dk: like(&inputs.k),
             dv: like(&inputs.v),
-            delta: HostBuffer::poisoned(DType::F32, p.lse_len()),
+            lse_base2: HostBuffer::poisoned(DType::F32, p.stats_len()),
+            delta: HostBuffer::poisoned(DType::F32, p.stats_len()),
             // Poisoned too: the fused backward must zero it before adding into it.
             dq_accum: HostBuffer::poisoned(DType::F32, p.dq_accum_len()),
+            stats: (p.stats_stride(), p.seqlen_q),
+        }
+    }
+
+    /// Outputs read back from a run that keeps its workspace to itself (the GPU API): the row
+    /// statistics and dQ accumulator are empty, and [`Outputs::faults`] passes over them.
+    pub fn without_workspace(
+        o: StridedTensor,
+        lse: HostBuffer,
+        [dq, dk, dv]: [StridedTensor; 3],
+    ) -> Outputs {
+        let empty = || HostBuffer::zeros(DType::F32, 0);
+        Outputs {
+            o,
+            lse,
+            dq,
+            dk,
+            dv,
+            lse_base2: empty(),
+            delta: empty(),
+            dq_accum: empty(),
+            stats: (0, 0),
         }
     }
 
@@ -445,14 +472,23 @@ impl Outputs {
                 faults.push(format!("{name} written outside its shape"));
             }
         }
-        for (name, b) in [
-            ("lse", &self.lse),
-            ("delta", &self.delta),
-            ("dq_accum", &self.dq_accum),
-        ] {
+        for (name, b) in [("lse", &self.lse), ("dq_accum", &self.dq_accum)] {
             let unwritten = b.poisoned_indices().len();
             if unwritten > 0 {
                 faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
+            }
+        }
+        // The statistics' rows past seqlen_q are padding: never written (nor read).
+        let (stride, rows) = self.stats;
+        for (name, b) in [("lse_base2", &self.lse_base2), ("delta", &self.delta)] {
+            let poisoned = b.poisoned_indices();
+            let unwritten = poisoned.iter().filter(|&&i| i % stride < rows).count();
+            let padding = b.len() / stride.max(1) * (stride - rows);
+            if unwritten > 0 {
+                faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
+            }
+            if poisoned.len() - unwritten < padding {
+                faults.push(format!("{name} written in its padding"));
             }
         }
         faults
@@ -548,6 +584,7 @@ pub fn run_interpreter(
         dq: outputs.dq.as_tensor(),
         dk: outputs.dk.as_tensor(),
         dv: outputs.dv.as_tensor(),
+        lse_base2: &outputs.lse_base2,
         delta: &outputs.delta,
         dq_accum: Some(&outputs.dq_accum),
     };

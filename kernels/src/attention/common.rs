@@ -105,6 +105,32 @@ pub fn head_rows_from<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
+/// `ROWS` rows' statistics of one head from row `first_row`: a block of the backward's
+/// `[batches, heads, seqlen]` f32 arrays (the LSE in base 2, delta), whose heads are
+/// `head_stride` apart (`seqlen` rounded up, so that every head starts 32-byte aligned); rows
+/// past `seqlen` load as 0. Described whole, so that kiln-codegen may copy it with TMA.
+#[kernel_fn]
+pub fn head_stats<const ROWS: usize>(
+    ptr: Ptr<f32>,
+    batches: i32,
+    heads: i32,
+    seqlen: i32,
+    batch_stride: i64,
+    head_stride: i64,
+    batch: i32,
+    head: i32,
+    first_row: i32,
+) -> BlockPtr<f32> {
+    make_block_ptr(
+        ptr,
+        [batches, heads, seqlen],
+        [batch_stride, head_stride, 1],
+        [batch, head, first_row],
+        [ROWS],
+        [0],
+    )
+}
+
 /// The K and V blocks of the first `BLOCK_N` keys of kv head `head_kv` of batch `batch`
 /// ([`head_rows`]): what the forward and dQ stream, with TMA where they run on `wgmma`.
 #[kernel_fn]
@@ -204,6 +230,25 @@ pub fn visible<const CAUSAL: bool>(
         offs_n.expand_dims(0) < end.expand_dims(1)
     } else {
         offs_n.expand_dims(0) < seqlen_k
+    }
+}
+
+/// [`visible`] transposed, as a `[keys, rows]` mask for scores computed key-major (dK/dV's
+/// `K Q^T`). Causal, each key's first visible row is folded first (`i >= j - shift`; a key past
+/// `seqlen_k` has none), so that each score still costs one compare.
+#[kernel_fn]
+pub fn visible_by_key<const CAUSAL: bool>(
+    offs_n: Tile<i32>,
+    offs_m: Tile<i32>,
+    shift: i32,
+    seqlen_k: i32,
+) -> Tile<bool> {
+    let key_in = offs_n < seqlen_k;
+    if CAUSAL {
+        let first_row = where_(key_in, offs_n - shift, 2147483647);
+        offs_m.expand_dims(0) >= first_row.expand_dims(1)
+    } else {
+        key_in.expand_dims(1)
     }
 }
 

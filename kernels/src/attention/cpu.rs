@@ -58,14 +58,16 @@ pub fn forward(
     })
 }
 
-/// The gradients of one backward call, the `delta` workspace (`[batch, heads_q, seqlen_q]` f32)
-/// and, for the fused backward only, the f32 dQ accumulator (`[batch, heads_q, seqlen_q,
-/// head_dim]`, [`AttentionParams::dq_accum_len`] elements).
+/// The gradients of one backward call, the workspace of per-row statistics (`lse_base2` and
+/// `delta`, f32, [`AttentionParams::stats_len`] elements each: see [`Role::LseBase2`]) and, for
+/// the fused backward only, the f32 dQ accumulator (`[batch, heads_q, seqlen_q, head_dim]`,
+/// [`AttentionParams::dq_accum_len`] elements).
 #[derive(Clone, Copy, Debug)]
 pub struct BackwardOutputs<'a> {
     pub dq: Tensor<'a>,
     pub dk: Tensor<'a>,
     pub dv: Tensor<'a>,
+    pub lse_base2: &'a HostBuffer,
     pub delta: &'a HostBuffer,
     pub dq_accum: Option<&'a HostBuffer>,
 }
@@ -93,7 +95,17 @@ pub fn backward(
     out.dk.check("dk", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     out.dv.check("dv", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     check_rows("lse", lse, p)?;
-    check_rows("delta", out.delta, p)?;
+    for (name, buffer) in [("lse_base2", out.lse_base2), ("delta", out.delta)] {
+        if buffer.dtype() != DType::F32 || buffer.len() < p.stats_len() {
+            return Err(invalid(format!(
+                "{name} must hold at least {} f32 (batch * heads_q * seqlen_q rounded to 8), got \
+                 {} {}",
+                p.stats_len(),
+                buffer.len(),
+                buffer.dtype()
+            )));
+        }
+    }
     let dq_accum = match out.dq_accum {
         Some(buffer) if buffer.dtype() == DType::F32 && buffer.len() >= p.dq_accum_len() => buffer,
         Some(buffer) => {
@@ -136,6 +148,7 @@ pub fn backward(
             Role::Dq => out.dq.buffer,
             Role::Dk => out.dk.buffer,
             Role::Dv => out.dv.buffer,
+            Role::LseBase2 => out.lse_base2,
             Role::Delta => out.delta,
             Role::DqAccum => dq_accum,
         })?;

@@ -115,9 +115,11 @@ pub struct BackwardAddresses {
     pub workspace_bytes: usize,
 }
 
-/// Device memory the backward pass needs beside its outputs: the f32 `delta = rowsum(dO * O)`
-/// of every query row, `[batch, heads_q, seqlen_q]`, and for the fused backward the f32 dQ
-/// accumulator after it (at [`dq_accum_offset`]), `[batch, heads_q, seqlen_q, head_dim]`.
+/// Device memory the backward pass needs beside its outputs: two f32 statistics of every query
+/// row, its LSE in base 2 and `delta = rowsum(dO * O)`, each `[batch, heads_q, seqlen_q]` with
+/// heads [`AttentionParams::stats_stride`] apart (delta at [`delta_offset`]), and for the fused
+/// backward the f32 dQ accumulator after them (at [`dq_accum_offset`]), `[batch, heads_q,
+/// seqlen_q, head_dim]`.
 ///
 /// ```
 /// use kiln_kernels::attention::{AttentionParams, DType, gpu};
@@ -134,23 +136,28 @@ pub struct BackwardAddresses {
 ///     softmax_scale: 0.125,
 ///     fused_backward: false,
 /// };
-/// assert_eq!(gpu::workspace_bytes(&p), 2 * 8 * 100 * 4);
+/// // Heads of 104 rows (100 rounded up to 8), two arrays of them.
+/// assert_eq!(gpu::workspace_bytes(&p), 2 * (2 * 8 * 104 * 4));
 /// let fused = AttentionParams { fused_backward: true, ..p };
-/// assert_eq!(gpu::workspace_bytes(&fused), 6400 + 2 * 8 * 100 * 64 * 4);
+/// assert_eq!(gpu::workspace_bytes(&fused), 13312 + 2 * 8 * 100 * 64 * 4);
 /// ```
 pub fn workspace_bytes(p: &AttentionParams) -> usize {
-    let f32_bytes = DType::F32.size_bytes();
     if p.fused_backward {
-        dq_accum_offset(p) + p.dq_accum_len() * f32_bytes
+        dq_accum_offset(p) + p.dq_accum_len() * DType::F32.size_bytes()
     } else {
-        p.lse_len() * f32_bytes
+        2 * delta_offset(p)
     }
 }
 
-/// Where the fused backward's dQ accumulator starts in the workspace: after delta, at a
-/// multiple of 256 bytes so that its rows keep the alignment the kernels were compiled for.
+/// Where delta starts in the workspace, after the LSE in base 2 (a multiple of 32 bytes).
+pub fn delta_offset(p: &AttentionParams) -> usize {
+    p.stats_len() * DType::F32.size_bytes()
+}
+
+/// Where the fused backward's dQ accumulator starts in the workspace: after the statistics, at
+/// a multiple of 256 bytes so that its rows keep the alignment the kernels were compiled for.
 pub fn dq_accum_offset(p: &AttentionParams) -> usize {
-    (p.lse_len() * DType::F32.size_bytes()).next_multiple_of(256)
+    (2 * delta_offset(p)).next_multiple_of(256)
 }
 
 /// Checks a forward call as far as addresses and strides allow: every refusal is an
@@ -280,9 +287,9 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
         return Err(invalid(format!(
             "workspace_bytes must be at least {need} ({}), got {}",
             if p.fused_backward {
-                "delta and the fused backward's dQ accumulator"
+                "the row statistics and the fused backward's dQ accumulator"
             } else {
-                "batch * heads_q * seqlen_q f32"
+                "two f32 row statistics of batch * heads_q * seqlen_q rounded to 8"
             },
             at.workspace_bytes
         )));
@@ -347,7 +354,8 @@ pub(crate) unsafe fn launch_backward_checked(
             Role::Dq => at.dq.address,
             Role::Dk => at.dk.address,
             Role::Dv => at.dv.address,
-            Role::Delta => at.workspace,
+            Role::LseBase2 => at.workspace,
+            Role::Delta => at.workspace + delta_offset(p) as u64,
             Role::DqAccum => at.workspace + dq_accum_offset(p) as u64,
         })
     };
@@ -846,7 +854,8 @@ pub fn backward_with(
     overrides: &Overrides,
 ) -> Result<(), AttentionError> {
     p.check_fields()?;
-    // Delta (written by dQ, or fused by the preprocessing, which also zeroes the accumulator).
+    // The row statistics (written by dQ, or fused by the preprocessing, which also zeroes the
+    // accumulator).
     let workspace = device.scratch(DType::F32, workspace_bytes(p) / DType::F32.size_bytes())?;
     let at = BackwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,

@@ -256,6 +256,19 @@ impl AttentionParams {
         self.batch * self.heads_q * self.seqlen_q
     }
 
+    /// How far apart the heads of the backward's per-row statistics are (its LSE in base 2 and
+    /// delta, [`plan::Role::LseBase2`]): `seqlen_q` rounded up to 8 elements, so that every head
+    /// starts 32-byte aligned (what TMA asks of its rows, and the kernels assume of strides).
+    pub fn stats_stride(&self) -> usize {
+        self.seqlen_q.next_multiple_of(8)
+    }
+
+    /// Elements of each of the backward's per-row statistics arrays
+    /// ([`AttentionParams::stats_stride`]).
+    pub fn stats_len(&self) -> usize {
+        self.batch * self.heads_q * self.stats_stride()
+    }
+
     /// Elements of the fused backward's `[batch, heads_q, seqlen_q, head_dim]` f32 dQ
     /// accumulator; 0 for the split backward, which has none.
     pub fn dq_accum_len(&self) -> usize {

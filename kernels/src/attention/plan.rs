@@ -104,7 +104,11 @@ pub enum Role {
     Dq,
     Dk,
     Dv,
-    /// The backward's `[batch, heads_q, seqlen_q]` f32 workspace, `rowsum(dO * O)`.
+    /// The backward's f32 workspace of each query row's LSE in base 2 (`+inf` where it is
+    /// `-inf`), `[batch, heads_q, seqlen_q]` with heads [`AttentionParams::stats_stride`] apart:
+    /// written by dQ or the preprocessing, read by dK/dV.
+    LseBase2,
+    /// The backward's f32 workspace of `rowsum(dO * O)`, laid out as [`Role::LseBase2`].
     Delta,
     /// The fused backward's `[batch, heads_q, seqlen_q, head_dim]` f32 dQ accumulator.
     DqAccum,
@@ -215,6 +219,12 @@ pub struct BackwardLayouts {
     pub dv: Layout,
 }
 
+/// The batch and head strides of the backward's statistics ([`Role::LseBase2`], [`Role::Delta`]).
+fn stats_strides(p: &AttentionParams) -> [Arg; 2] {
+    let head = p.stats_stride();
+    [Arg::I64((p.heads_q * head) as i64), Arg::I64(head as i64)]
+}
+
 fn strides(layout: Layout) -> [Arg; 3] {
     [
         Arg::I64(layout.batch_stride),
@@ -301,10 +311,22 @@ fn backward_args(
     };
     match kernel {
         AttentionKernel::Preprocess => {
-            let mut args = buffers(&[Role::O, Role::DO, Role::Delta, Role::DqAccum]);
-            args.extend([Arg::I32(p.seqlen_q as i32), Arg::I32(p.heads_q as i32)]);
+            let mut args = buffers(&[
+                Role::O,
+                Role::DO,
+                Role::Lse,
+                Role::LseBase2,
+                Role::Delta,
+                Role::DqAccum,
+            ]);
+            args.extend([
+                Arg::I32(p.seqlen_q as i32),
+                Arg::I32(p.heads_q as i32),
+                Arg::I32(p.batch as i32),
+            ]);
             args.extend(strides(layouts.o));
             args.extend(strides(layouts.d_o));
+            args.extend(stats_strides(p));
             args
         }
         AttentionKernel::DqConvert => {
@@ -323,6 +345,7 @@ fn backward_args(
                 Role::DO,
                 Role::Dq,
                 Role::Lse,
+                Role::LseBase2,
                 Role::Delta,
             ]);
             args.extend([
@@ -343,6 +366,7 @@ fn backward_args(
             ] {
                 args.extend(strides(layout));
             }
+            args.extend(stats_strides(p));
             args.push(Arg::F32(p.softmax_scale));
             args
         }
@@ -360,7 +384,7 @@ fn backward_args(
                 Role::DO,
                 Role::Dk,
                 Role::Dv,
-                Role::Lse,
+                Role::LseBase2,
                 Role::Delta,
                 dq_accum,
             ]);
@@ -382,6 +406,7 @@ fn backward_args(
             ] {
                 args.extend(strides(layout));
             }
+            args.extend(stats_strides(p));
             args.push(Arg::F32(p.softmax_scale));
             args
         }

@@ -845,12 +845,15 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                     .find(|launch| launch.kernel.name() == name)
                     .expect("every backward kernel is planned")
             };
-            // The backward kernels read the interpreter's forward outputs, dK/dV also delta.
-            let (o, lse, delta) = if name == "attention_fwd" {
+            // The backward kernels read the interpreter's forward outputs, dK/dV also the row
+            // statistics dQ or the preprocessing write (LSE in base 2, delta).
+            let stats = p.stats_len();
+            let (o, lse, lse_base2, delta) = if name == "attention_fwd" {
                 (
                     HostBuffer::poisoned(dtype, q_len),
                     HostBuffer::poisoned(DType::F32, rows),
-                    HostBuffer::poisoned(DType::F32, rows),
+                    HostBuffer::poisoned(DType::F32, stats),
+                    HostBuffer::poisoned(DType::F32, stats),
                 )
             } else {
                 let o = HostBuffer::poisoned(dtype, q_len);
@@ -865,8 +868,9 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                     &lse,
                 )
                 .expect("the interpreter runs the forward");
-                let delta = HostBuffer::poisoned(DType::F32, rows);
-                // dQ and the preprocessing write delta (so it starts poisoned there).
+                let lse_base2 = HostBuffer::poisoned(DType::F32, stats);
+                let delta = HostBuffer::poisoned(DType::F32, stats);
+                // dQ and the preprocessing write the statistics (so they start poisoned there).
                 if name == "attention_bwd_dkdv" {
                     for head in 0..p.heads_q {
                         for row in 0..seqlen_q {
@@ -877,11 +881,19 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                             let sum: f32 = (0..head_dim)
                                 .map(|d| o.read_float(at(d)) * d_o.read_float(at(d)))
                                 .sum();
-                            delta.write_float(head * seqlen_q + row, sum);
+                            let stat = head * p.stats_stride() + row;
+                            delta.write_float(stat, sum);
+                            let lse = lse.read_float(head * seqlen_q + row);
+                            let base2 = if lse == f32::NEG_INFINITY {
+                                f32::INFINITY
+                            } else {
+                                lse * std::f32::consts::LOG2_E
+                            };
+                            lse_base2.write_float(stat, base2);
                         }
                     }
                 }
-                (o, lse, delta)
+                (o, lse, lse_base2, delta)
             };
             // The fused backward's dK/dV adds into a zeroed accumulator, which the
             // preprocessing zeroes (so it starts poisoned there) and the conversion reads (so it
@@ -899,6 +911,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 (plan::Role::DO, Some(d_o)),
                 (plan::Role::O, Some(o)),
                 (plan::Role::Lse, Some(lse)),
+                (plan::Role::LseBase2, Some(lse_base2)),
                 (plan::Role::Delta, Some(delta)),
                 (plan::Role::Dq, Some(HostBuffer::poisoned(dtype, q_len))),
                 (plan::Role::Dk, Some(HostBuffer::poisoned(dtype, k_len))),

@@ -81,6 +81,7 @@ pub fn lower(
         once_loads: Vec::new(),
         tma_store_bytes: 0,
         shared_tiles: HashMap::new(),
+        buffered: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
         in_flight: wgmma::InFlight::default(),
@@ -180,6 +181,9 @@ pub(super) struct Lowering<'a> {
     tma_store_bytes: u32,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
+    /// The buffer of this iteration (a shared pointer) of each pipelined load read into
+    /// registers, by value.
+    buffered: HashMap<Value, Reg>,
     /// Staged-tile accesses since the last barrier.
     pending: dot::Pending,
     /// The f32 register each f32 -> f16/bf16 rounding was made from: `dot` packs operand pairs
@@ -565,11 +569,14 @@ impl Lowering<'_> {
         used
     }
 
-    /// Whether `inst` emits no instruction: a pipelined load (its tile is in its buffer
-    /// already) or a transposed view of a staged tile (a view, recorded).
+    /// Whether `inst` emits no instruction: a pipelined load that `dot`s read (its tile is in
+    /// its buffer already) or a transposed view of a staged tile (a view, recorded).
     fn lowers_to_nothing(&self, inst: &TileInst) -> bool {
         match inst.op {
-            TileOp::LoadBlock { .. } => self.layouts.pipelined_load(self.current_inst).is_some(),
+            TileOp::LoadBlock { .. } => self
+                .layouts
+                .pipelined_load(self.current_inst)
+                .is_some_and(|l| !l.read_in_registers()),
             TileOp::Trans { .. } => {
                 matches!(
                     self.layouts.layout(inst.results[0]),
@@ -637,6 +644,12 @@ impl Lowering<'_> {
             TileOp::Advance { ptr, offsets } => one(self.advance(*ptr, offsets)?),
             // A pipelined load is already in its shared buffer: only `dot`s read it, from there.
             TileOp::LoadBlock { .. } if self.lowers_to_nothing(inst) => one(Vec::new()),
+            // A pipelined load registers read: from this iteration's buffer.
+            TileOp::LoadBlock { .. }
+                if self.layouts.pipelined_load(self.current_inst).is_some() =>
+            {
+                one(self.load_from_buffer(inst)?)
+            }
             TileOp::LoadBlock {
                 ptr,
                 boundary_check,

@@ -132,7 +132,7 @@ impl Lowering<'_> {
     }
 
     /// The row-major index (i32) of a position's coordinates in `shape`.
-    fn linear_index(&mut self, coords: &[Reg], shape: &[usize]) -> Reg {
+    pub(super) fn linear_index(&mut self, coords: &[Reg], shape: &[usize]) -> Reg {
         let mut linear = self.i32_const(0);
         let mut stride = 1i64;
         for d in (0..shape.len()).rev() {

@@ -321,6 +321,13 @@ impl Lowering<'_> {
         let exists = self.iteration_exists(pipeline, iv, ahead)?;
         for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
             let (buffers, bytes) = pipeline.buffers[i];
+            if load.read_in_registers() {
+                let size = self.i32_const(bytes as i64);
+                let offset = self.int(IntOp::Mul, slot, size);
+                let buffer = self.shared_slot(buffers, offset, Type::I8);
+                self.buffered.insert(load.value, buffer);
+                continue;
+            }
             let tile = self.buffer_tile(inst, load, buffers, bytes, slot)?;
             self.shared_tiles.insert(load.value, tile);
         }
@@ -558,8 +565,9 @@ impl Lowering<'_> {
     }
 
     /// The TMA copies of `value`'s tile at `block` through tensor map `map` (its leading
-    /// dimensions indexed by `leading`) into the shared tile at `tile`, slab by slab, completing
-    /// on `bar`, each from one lane of the warps where `warps` holds.
+    /// dimensions indexed by `leading`) into the shared tile at `tile`, slab by slab (an
+    /// unswizzled map's box is the whole tile: one copy), completing on `bar`, each from one
+    /// lane of the warps where `warps` holds.
     #[allow(clippy::too_many_arguments)]
     fn copy_tile_by_tma(
         &mut self,
@@ -572,6 +580,27 @@ impl Lowering<'_> {
         bar: Reg,
         warps: Reg,
     ) -> Result<()> {
+        if self.layouts.tensor_maps[map].swizzle_bytes == 0 {
+            let mut coords = Vec::new();
+            for &offset in block.offsets.iter().rev() {
+                coords.push(self.emit(Op::Cast(Cast::Trunc, offset), Type::I32));
+            }
+            for &v in leading.iter().rev() {
+                let r = self.reg(v)?;
+                coords.push(match self.ty(r) {
+                    Type::I32 => r,
+                    _ => self.emit(Op::Cast(Cast::Trunc, r), Type::I32),
+                });
+            }
+            self.emit_effect(Op::TmaLoad {
+                dst: tile,
+                map,
+                coords,
+                bar,
+                warps,
+            });
+            return Ok(());
+        }
         let [rows, _] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
         let (slab, slabs) = self.tma_slabs(block, leading, map, value, None)?;
@@ -653,6 +682,36 @@ impl Lowering<'_> {
         Ok(self.int(IntOp::And, runs, beyond))
     }
 
+    /// Where a pipelined load registers read stands: each thread reads its elements from the
+    /// iteration's buffer (row-major), in runs along the last dimension of up to 16 bytes.
+    pub(super) fn load_from_buffer(&mut self, inst: &TileInst) -> Result<Vec<Reg>> {
+        let value = inst.results[0];
+        let buffer = *self
+            .buffered
+            .get(&value)
+            .ok_or_else(|| unsupported(inst, "expected a pipelined load inside its loop's body"))?;
+        let map = self
+            .value_map(inst, value)?
+            .ok_or_else(|| unsupported(inst, "expected a tile to read from its buffer"))?;
+        let shape = self.shape(value);
+        let elem = memory_type(self.dtype(value));
+        let vector = map.run_along(shape.len() - 1, COPY_BYTES / elem.bytes() as usize);
+        let mut regs = Vec::new();
+        for run in self.positions(&map).chunks(vector) {
+            let index = self.linear_index(&run[0].coords, &shape);
+            let ptr = self.emit(
+                Op::PtrAdd {
+                    ptr: buffer,
+                    offset: index,
+                    elem,
+                },
+                Type::Ptr(Space::Shared),
+            );
+            regs.extend(self.emit_multi(Op::LoadVector { ptr, pred: None }, &vec![elem; vector]));
+        }
+        Ok(regs)
+    }
+
     /// The shared tile of a pipelined load in buffer `slot`.
     fn buffer_tile(
         &mut self,
@@ -670,13 +729,17 @@ impl Lowering<'_> {
                 "expected a pipelined load of f16 or bf16",
             ));
         }
+        let shared = load
+            .shared
+            .as_ref()
+            .ok_or_else(|| unsupported(inst, "expected a pipelined load that dots read"))?;
         Ok(SharedTile {
             base: SharedBase::Slot {
                 buffers,
                 bytes,
                 slot,
             },
-            layout: load.shared.swizzled([shape[0], shape[1]]),
+            layout: shared.swizzled([shape[0], shape[1]]),
             elem,
         })
     }
@@ -702,9 +765,13 @@ impl Lowering<'_> {
         };
         let shape = self.shape(load.value);
         let elem = memory_type(self.dtype(load.value));
+        let shared = load
+            .shared
+            .as_ref()
+            .ok_or_else(|| unsupported(inst, "expected a pipelined load that dots read"))?;
         let tile = SharedTile {
             base,
-            layout: load.shared.swizzled([shape[0], shape[1]]),
+            layout: shared.swizzled([shape[0], shape[1]]),
             elem,
         };
         let map = blocked.thread_map(&shape);

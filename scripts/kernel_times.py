@@ -1,0 +1,92 @@
+"""Per-kernel GPU times of several builds of kiln's prebuilt kernels, in one process on the GPU
+machine: for each configuration, `--rounds` rounds in which every library runs `--rep` calls under
+torch.profiler; each kernel's time is the median over rounds of its mean per call. Alternating
+libraries round by round puts the GPU's drift on all alike, and timing kernels apart tells a
+change to one kernel (a few percent) from the spread of the whole call (docs/PERF.md).
+
+    python3 scripts/kernel_times.py --libs old/libkiln_kernels.so,new/libkiln_kernels.so \
+        --bench ../shared/bench [--pass fwd|bwd] [--flags 1] [--seqs 1024,4096,16384]
+
+Shapes are compare.py's (batch = 16384 / seqlen, heads = 2048 / head_dim); the first library is
+the baseline of the printed ratios. Correctness is compare.py's and the GPU tests' business.
+"""
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernel_means(call, rep):
+    """Mean device microseconds per call of each kernel `call` launches."""
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(rep):
+            call()
+        torch.cuda.synchronize()
+    total = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memset"):
+            total[e.name] = total.get(e.name, 0.0) + e.device_time
+    return {name: us / rep for name, us in total.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--libs", required=True, help="comma-separated paths; the first is the baseline")
+    ap.add_argument("--bench", required=True, help="the directory of compare.py and kiln_ctypes.py")
+    ap.add_argument("--pass", dest="which", default="bwd", choices=["fwd", "bwd"])
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--seqs", default="1024,4096,16384")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--causal", default="0,1")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rep", type=int, default=10, help="calls profiled per library and round")
+    ap.add_argument("--flags", type=int, default=0, help="kiln_attn_config flags (1: fused backward)")
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.abspath(a.bench))
+    import kiln_ctypes as kc  # noqa: E402
+
+    paths = a.libs.split(",")
+    libs = [kc.load(p) for p in paths]
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
+    print("libraries: " + ", ".join(f"[{i}] {p}" for i, p in enumerate(paths)))
+    print(f"D causal N kernel | us per call [0] [1] ... | speedups over [0] (medians of {a.rounds} rounds)")
+    for D in map(int, a.head_dims.split(",")):
+        for causal in (c == "1" for c in a.causal.split(",")):
+            for N in map(int, a.seqs.split(",")):
+                B, H = 16384 // N, 2048 // D
+                q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(3))
+                o = torch.empty_like(q)
+                lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
+                calls = []
+                for lib in libs:
+                    if a.which == "fwd":
+                        calls.append(kc.forward_call(lib, q, k, v, o, lse, causal=causal))
+                    else:
+                        kc.forward(lib, q, k, v, o, lse, causal=causal)
+                        do = torch.randn_like(q)
+                        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+                        calls.append(kc.backward_call(
+                            lib, q, k, v, o, lse, do, dq, dk, dv, causal=causal, flags=a.flags))
+                samples = [{} for _ in libs]
+                for _ in range(a.rounds):
+                    for i, call in enumerate(calls):
+                        for name, us in kernel_means(call, a.rep).items():
+                            samples[i].setdefault(name, []).append(us)
+                names = sorted(set().union(*samples), key=lambda n: -statistics.median(samples[0].get(n, [0])))
+                for name in names + ["total"]:
+                    if name == "total":
+                        us = [sum(statistics.median(s[n]) for n in s) for s in samples]
+                    else:
+                        us = [statistics.median(s[name]) if name in s else float("nan") for s in samples]
+                    times = " ".join(f"{t:.1f}" for t in us)
+                    ratios = " ".join(f"{us[0] / t:.3f}" for t in us[1:])
+                    print(f"{D} {int(causal)} {N} {name[:40]} | {times} | {ratios}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
