@@ -453,41 +453,68 @@ pub fn attention_bwd_dkdv<
             let lse_row = load(lse_block, [0]);
             let delta_row = load(delta_block, [0]);
             let offs_m = start_m + arange(0, BLOCK_M);
-            // Key-major (`K Q^T`, FlashAttention-3's form): every product takes its A operand
-            // from registers (K, V, and P^T and dS^T straight from the accumulators).
-            let qk_t = dot(k_tile, trans(q_tile));
-            let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
-            let mut dp_t = if early_dp {
-                dot(v_tile, trans(do_tile))
-            } else {
-                0.0
-            };
-            let s_t = fma(qk_t, qk_scale, -lse_row.expand_dims(0));
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
             } else {
                 partial_keys
             };
-            let s_t = if needs_mask {
-                where_(
-                    visible_by_key::<CAUSAL>(offs_n, offs_m, shift, seqlen_k),
-                    s_t,
-                    f32::NEG_INFINITY,
-                )
-            } else {
-                s_t
-            };
-            let p_t = exp2(s_t);
-            dv_acc = dot(p_t.to::<T>(), do_tile, dv_acc);
-            if !early_dp {
-                dp_t = dot(v_tile, trans(do_tile));
-            }
-            let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
-            dk_acc = dot(ds_t, q_tile, dk_acc);
+            // Where the score tiles are at most 64 x 64, dP is issued beside the scores and runs
+            // while P is computed (D128 on sm_90a +4-6%); at 128 x 64 (D64's 4 warps) the two
+            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26).
+            let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
             if ACCUMULATE_DQ {
+                // Query-major: dQ's `dS K` takes dS from the accumulators as its A operand
+                // (key-major, dS^T went through shared memory: fused 0.79-0.98x, run 103).
+                let qk = dot(q_tile, trans(k_tile));
+                let mut dp = if early_dp {
+                    dot(do_tile, trans(v_tile))
+                } else {
+                    0.0
+                };
+                // The exponent in one FFMA a score; a masked score's is -inf.
+                let s = fma(qk, qk_scale, -lse_row.expand_dims(1));
+                let s = if needs_mask {
+                    mask_scores::<CAUSAL>(s, offs_m, offs_n, shift, seqlen_k)
+                } else {
+                    s
+                };
+                let p = exp2(s);
+                dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
+                if !early_dp {
+                    dp = dot(do_tile, trans(v_tile));
+                }
+                let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
+                dk_acc = dot(trans(ds), q_tile, dk_acc);
                 let accum =
                     dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
-                atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
+                atomic_add(accum, dot(ds, k_tile), [0]);
+            } else {
+                // Key-major (`K Q^T`, FlashAttention-3's form): `P^T dO` and `dS^T Q` take P^T
+                // and dS^T from the accumulators as their A operands, and no P or dS goes
+                // through shared memory (1.05-1.21x, run 101).
+                let qk_t = dot(k_tile, trans(q_tile));
+                let mut dp_t = if early_dp {
+                    dot(v_tile, trans(do_tile))
+                } else {
+                    0.0
+                };
+                let s_t = fma(qk_t, qk_scale, -lse_row.expand_dims(0));
+                let s_t = if needs_mask {
+                    where_(
+                        visible_by_key::<CAUSAL>(offs_n, offs_m, shift, seqlen_k),
+                        s_t,
+                        f32::NEG_INFINITY,
+                    )
+                } else {
+                    s_t
+                };
+                let p_t = exp2(s_t);
+                dv_acc = dot(p_t.to::<T>(), do_tile, dv_acc);
+                if !early_dp {
+                    dp_t = dot(v_tile, trans(do_tile));
+                }
+                let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
+                dk_acc = dot(ds_t, q_tile, dk_acc);
             }
             q_block = advance(q_block, [BLOCK_M, 0]);
             do_block = advance(do_block, [BLOCK_M, 0]);
