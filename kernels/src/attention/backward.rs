@@ -272,8 +272,18 @@ pub fn attention_bwd_dq<
     for start_n in (0..end_n).step_by(BLOCK_N) {
         let k_tile = load(k_block, [0]);
         let v_tile = load(v_block, [0]);
+        let qk = dot(q_tile, trans(k_tile));
+        // Up to 128 x 64 score tiles dP is issued beside the scores and runs while P is
+        // computed: dQ 1.01-1.06x at D64 on sm_90a, 1.01-1.03x on sm_80; at D128's 128 x 128
+        // 0.88-0.96x (run 107, docs/PERF.md, tenth session).
+        let early_dp = BLOCK_M * BLOCK_N <= 128 * 64;
+        let mut dp = if early_dp {
+            dot(do_tile, trans(v_tile))
+        } else {
+            0.0
+        };
         // The exponent in one FFMA a score; a masked score's is -inf.
-        let s = fma(dot(q_tile, trans(k_tile)), qk_scale, lse_neg);
+        let s = fma(qk, qk_scale, lse_neg);
         let s = if start_n >= full_end {
             let offs_n = start_n + arange(0, BLOCK_N);
             mask_scores::<CAUSAL>(s, offs_m, offs_n, shift, seqlen_k)
@@ -281,7 +291,9 @@ pub fn attention_bwd_dq<
             s
         };
         let p = exp2(s);
-        let dp = dot(do_tile, trans(v_tile));
+        if !early_dp {
+            dp = dot(do_tile, trans(v_tile));
+        }
         let ds = p * (dp - delta_row.expand_dims(1));
         dq_acc = dot(ds.to::<T>(), k_tile, dq_acc);
         k_block = advance(k_block, [BLOCK_N, 0]);
