@@ -14,17 +14,17 @@
 //! gets `+inf` in place of its LSE, so its `P` is `exp2(-inf) = 0` and never `exp2(x - (-inf))`.
 //! dK/dV computes key-major (`S^T = K Q^T`, FlashAttention-3's form), so that every product takes
 //! its A operand from registers; it wants each query tile's statistics in the scores' column
-//! layout, which its loop streams with the tiles ([`head_stats`]).
+//! layout, which its loop streams with the tiles ([`stats_blocks`]).
 
 use kiln_dsl::{kernel, kernel_fn};
 
 use super::common::{
-    check_head_dim, head_base, head_rows, head_rows_from, head_stats, key_blocks, key_range,
-    lse_log2, mask_scores, query_block, row_block, visible_by_key,
+    check_head_dim, head_base, head_rows, head_rows_from, key_blocks, key_range, lse_log2,
+    mask_scores, query_block, row_block, stats_blocks, visible_by_key,
 };
 
 /// The fused backward's preprocessing of `BLOCK_M` query rows: their `delta = rowsum(dO * O)`
-/// and LSE in base 2 (see [`lse_log2`]) into the statistics arrays dK/dV reads ([`head_stats`]),
+/// and LSE in base 2 (see [`lse_log2`]) into the statistics arrays dK/dV reads ([`stats_blocks`]),
 /// and their rows of the dQ accumulator zeroed.
 #[kernel]
 pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
@@ -59,18 +59,8 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, offs_m < seqlen_q, 0.0);
-    let lse_block = head_stats::<BLOCK_M>(
+    let (lse_block, delta_block) = stats_blocks::<BLOCK_M>(
         lse_base2,
-        batches,
-        heads_q,
-        seqlen_q,
-        stats_batch_stride,
-        stats_head_stride,
-        batch,
-        head,
-        start_m * BLOCK_M,
-    );
-    let delta_block = head_stats::<BLOCK_M>(
         delta,
         batches,
         heads_q,
@@ -142,7 +132,7 @@ fn dq_accum_block<const HEAD_DIM: usize, const BLOCK_M: usize>(
 
 /// dQ for one (query block, batch x query head): `dQ = scale * sum_j dS_ij K_j`; it also writes
 /// the block's `delta = rowsum(dO * O)`, which it uses, and LSE in base 2, into the statistics
-/// arrays the dK/dV kernel after it reads ([`head_stats`]).
+/// arrays the dK/dV kernel after it reads ([`stats_blocks`]).
 #[kernel]
 pub fn attention_bwd_dq<
     T,
@@ -239,18 +229,8 @@ pub fn attention_bwd_dq<
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
     let lse_row = lse_log2(lse_row);
     let delta_row = row_delta::<T>(load(o_block, [0]), do_tile);
-    let lse_block = head_stats::<BLOCK_M>(
+    let (lse_block, delta_block) = stats_blocks::<BLOCK_M>(
         lse_base2,
-        batches,
-        heads_q,
-        seqlen_q,
-        stats_batch_stride,
-        stats_head_stride,
-        batch,
-        head,
-        start_m * BLOCK_M,
-    );
-    let delta_block = head_stats::<BLOCK_M>(
         delta,
         batches,
         heads_q,
@@ -435,18 +415,8 @@ pub fn attention_bwd_dkdv<
         // a thread): described whole, the query loop streams them with TMA too, into shared
         // memory, rather than each thread loading its columns from global memory when the
         // scores want them (docs/PERF.md, 2026-11-26, tenth session).
-        let mut lse_block = head_stats::<BLOCK_M>(
+        let (mut lse_block, mut delta_block) = stats_blocks::<BLOCK_M>(
             lse_base2,
-            batches,
-            heads_q,
-            seqlen_q,
-            stats_batch_stride,
-            stats_head_stride,
-            batch,
-            head,
-            begin_m,
-        );
-        let mut delta_block = head_stats::<BLOCK_M>(
             delta,
             batches,
             heads_q,

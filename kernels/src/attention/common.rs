@@ -105,13 +105,15 @@ pub fn head_rows_from<T, const HEAD_DIM: usize, const ROWS: usize>(
     )
 }
 
-/// `ROWS` rows' statistics of one head from row `first_row`: a block of the backward's
-/// `[batches, heads, seqlen]` f32 arrays (the LSE in base 2, delta), whose heads are
-/// `head_stride` apart (`seqlen` rounded up, so that every head starts 32-byte aligned); rows
-/// past `seqlen` load as 0. Described whole, so that kiln-codegen may copy it with TMA.
+/// `ROWS` rows of one head, from row `first_row`, of the backward's two per-row statistics: block
+/// pointers into the f32 `[batches, heads, seqlen]` arrays of the LSE in base 2 at `lse_base2`
+/// and of delta at `delta`, whose heads are `head_stride` apart (`seqlen` rounded up, so that
+/// every head starts 32-byte aligned); rows past `seqlen` load as 0. Described whole, so that
+/// kiln-codegen may copy them with TMA.
 #[kernel_fn]
-pub fn head_stats<const ROWS: usize>(
-    ptr: Ptr<f32>,
+pub fn stats_blocks<const ROWS: usize>(
+    lse_base2: Ptr<f32>,
+    delta: Ptr<f32>,
     batches: i32,
     heads: i32,
     seqlen: i32,
@@ -120,15 +122,24 @@ pub fn head_stats<const ROWS: usize>(
     batch: i32,
     head: i32,
     first_row: i32,
-) -> BlockPtr<f32> {
-    make_block_ptr(
-        ptr,
+) -> (BlockPtr<f32>, BlockPtr<f32>) {
+    let lse_block = make_block_ptr(
+        lse_base2,
         [batches, heads, seqlen],
         [batch_stride, head_stride, 1],
         [batch, head, first_row],
         [ROWS],
         [0],
-    )
+    );
+    let delta_block = make_block_ptr(
+        delta,
+        [batches, heads, seqlen],
+        [batch_stride, head_stride, 1],
+        [batch, head, first_row],
+        [ROWS],
+        [0],
+    );
+    (lse_block, delta_block)
 }
 
 /// The K and V blocks of the first `BLOCK_N` keys of kv head `head_kv` of batch `batch`
