@@ -52,7 +52,7 @@ fn forward_overlapped_causal_f16_d64() {
     );
 }
 
-/// The fused backward's: delta, and the dQ accumulator zeroed.
+/// The fused backward's: the row statistics, and the dQ accumulator zeroed.
 #[test]
 fn backward_preprocess_f16_d64() {
     golden(
@@ -61,10 +61,12 @@ fn backward_preprocess_f16_d64() {
     );
 }
 
-/// The fused backward's: it also adds each tile's dQ into the accumulator.
+/// The fused backward's: it also adds each tile's dQ into the accumulator, query-major.
 #[test]
 fn backward_dkdv_fused_causal_f16_d64() {
-    let spec = spec(Some((64, 64)), true).flag("ACCUMULATE_DQ", true);
+    let spec = spec(Some((64, 64)), true)
+        .flag("ACCUMULATE_DQ", true)
+        .flag("KEY_MAJOR", false);
     golden(
         "attention_bwd_dkdv_fused",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),
@@ -87,9 +89,12 @@ fn backward_dq_f16_d64() {
     );
 }
 
+/// The split backward's on `wgmma`: key-major.
 #[test]
 fn backward_dkdv_causal_f16_d64() {
-    let spec = spec(Some((64, 64)), true).flag("ACCUMULATE_DQ", false);
+    let spec = spec(Some((64, 64)), true)
+        .flag("ACCUMULATE_DQ", false)
+        .flag("KEY_MAJOR", true);
     golden(
         "attention_bwd_dkdv",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),

@@ -5,9 +5,9 @@
 //! PTX ships inside this crate (`kernels/ptx/`, made by kiln-codegen's tests), so that linking it
 //! needs no LLVM: only the NVIDIA driver, through kiln-runtime, at run time.
 //!
-//! - [`attention`]: FlashAttention forward and backward (split: dQ with delta, then dK/dV; fused:
-//!   preprocessing, dK/dV adding dQ, dQ conversion), their
-//!   configuration table per target, call validation, the interpreter launches, the prebuilt PTX
+//! - [`attention`]: FlashAttention forward and backward (split: dQ with the row statistics, then
+//!   dK/dV; fused: preprocessing, dK/dV adding dQ, dQ conversion), their configuration table per
+//!   target, call validation, the interpreter launches, the prebuilt PTX
 //!   and the GPU API ([`attention::gpu`]).
 //! - [`mod@bench`]: the GPU benchmark at the FlashAttention setup, with a check against f64.
 //! - [`tune`]: the configuration search behind `kiln tune`: candidates compiled by the caller,

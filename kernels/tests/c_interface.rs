@@ -315,9 +315,9 @@ fn bad_strides_alignment_and_sizes_are_refused() {
         KILN_INVALID_ARGUMENT,
         &format!(
             "workspace_bytes must be at least {} (two f32 row statistics of batch * heads_q * \
-             seqlen_q rounded to 8), got {}",
-            2 * B * HQ * 104 * 4,
-            2 * B * HQ * 104 * 4 - 1
+             round_up(seqlen_q, 8)), got {}",
+            2 * B * HQ * (NQ as u32).next_multiple_of(8) as i32 * 4,
+            2 * B * HQ * (NQ as u32).next_multiple_of(8) as i32 * 4 - 1
         ),
     );
 }
@@ -410,8 +410,8 @@ fn valid_requests_kiln_lacks_are_unsupported_and_invalid_ones_say_so_first() {
 fn the_workspace_holds_two_f32_per_query_row_and_the_fused_dq_accumulator() {
     // Safety: a valid config.
     let bytes = unsafe { kiln_attn_bwd_workspace_bytes(&config()) };
-    // The LSE in base 2 and delta, each head's rows rounded up to 8 (100 to 104).
-    let stats = (B * HQ * 104 * 4) as usize;
+    // The LSE in base 2 and delta, each head's rows rounded up to 8.
+    let stats = (B * HQ * (NQ as u32).next_multiple_of(8) as i32 * 4) as usize;
     assert_eq!(bytes, 2 * stats);
     assert_eq!(last_error(), "");
     let fused = kiln_attn_config {

@@ -5,7 +5,8 @@
 //! body, reads a block pointer the loop carries and yields advanced by the same amounts every
 //! iteration (`k_block = advance(k_block, [BLOCK_N, 0])`), and only `dot`s read what it loads
 //! (directly or through a `trans` that only dots read), so that the tile need never be in
-//! registers: the layout stage staged it into a swizzled shared tile. The copy must also move 16
+//! registers: the layout stage staged it into a swizzled shared tile (a TMA loop also takes row
+//! vectors that registers read: see the last paragraph). The copy must also move 16
 //! bytes per thread and vector ([`Divisibility::vector_elems`]: the block pointer's base,
 //! strides and offsets are aligned, a checked dimension along the vectors is a multiple of
 //! them) from an exclusive blocked layout whose runs fill whole swizzled vectors.
@@ -23,13 +24,14 @@
 //! by kernel arguments (its block pointer comes, through `advance`s and loops that carry it, from
 //! a `make_block_ptr` whose base is a pointer argument and whose shape and strides are
 //! arguments or constants, the last stride 1) copies with the Tensor Memory Accelerator instead:
-//! one thread issues a `cp.async.bulk.tensor` per 128-byte-wide slab of each tile, on an
+//! one thread issues a `cp.async.bulk.tensor` per 128-byte-wide slab of each swizzled tile, on an
 //! `mbarrier` per buffer that everyone waits on. The launch builds the arrays' tensor maps
 //! ([`TensorMapSpec`]); rows outside the array are zero-filled by the copy itself. A load at the
 //! kernel's top level that only `dot`s read, of such an array, is one TMA copy too, into its
 //! staged tile ([`OnceLoad`]), at any `num_stages`; its staging is dropped likewise.
 //!
-//! A TMA loop also streams the loads of its body that registers read (not only `dot`s), from
+//! A TMA loop also streams the loads of its body that only registers read (no `dot`), of row
+//! vectors of 16- or 32-bit floats, from
 //! arrays described whole, whose tiles TMA can copy unswizzled (rows of 16-byte multiples, at
 //! most 256 elements a dimension): the backward's per-row statistics, which the scores
 //! want in their column layout, 16 to 32 columns a thread. Their buffers are plain row-major
@@ -42,6 +44,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use kiln_dsl::ir::{Inst, Kernel, Op, Region, Value};
 use kiln_dsl::passes::for_each_operand;
+use kiln_dsl::types::DType;
 use kiln_dsl::{MapScalar, TensorMapSpec};
 
 use super::divisibility::{Divisibility, advanced_params, constant_int, defined_in, definitions};
@@ -80,7 +83,7 @@ impl PipelinedLoad {
 }
 
 /// How a pipelined load copies with TMA: through the kernel's tensor map `map`, whose box is
-/// one copy (a 128-, 64- or 32-byte slab of the tile's rows).
+/// one copy (a 128-, 64- or 32-byte slab of the tile's rows; unswizzled, the whole tile).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TmaLoad {
     pub map: usize,
@@ -131,7 +134,7 @@ pub(super) fn apply(
     if options.num_stages < 2 {
         return;
     }
-    let dot_only = dot_only_values(kernel);
+    let readers = readers(kernel);
     let definitions = definitions(kernel);
     let carriers = loop_carriers(&kernel.body);
     let mut loops = BTreeMap::new();
@@ -176,9 +179,17 @@ pub(super) fn apply(
                 shared: None,
                 tma: None,
             };
-            if !dot_only[value.index()] {
-                read_in_registers.push(load);
-                continue;
+            match readers[value.index()] {
+                Readers::Dots => {}
+                // Row vectors only: a 2-D tile's unswizzled buffer would conflict on banks.
+                Readers::Registers
+                    if kernel.ty(value).shape().len() == 1
+                        && matches!(kernel.dtype(value), DType::F16 | DType::BF16 | DType::F32) =>
+                {
+                    read_in_registers.push(load);
+                    continue;
+                }
+                _ => continue,
             }
             let Some(shared) = staging(assignment, value) else {
                 continue;
@@ -246,7 +257,7 @@ pub(super) fn once_loads(
         return BTreeMap::new();
     }
     // A tile also read in registers must be loaded into them.
-    let dot_only = dot_only_values(kernel);
+    let readers = readers(kernel);
     let definitions = definitions(kernel);
     let carriers = loop_carriers(&kernel.body);
     let mut once = BTreeMap::new();
@@ -258,7 +269,8 @@ pub(super) fn once_loads(
             continue;
         };
         let value = inst.results[0];
-        let Some(shared) = staging(assignment, value).filter(|_| dot_only[value.index()]) else {
+        let dots_only = readers[value.index()] == Readers::Dots;
+        let Some(shared) = staging(assignment, value).filter(|_| dots_only) else {
             continue;
         };
         let view = (*ptr, value, Some(&shared));
@@ -482,9 +494,18 @@ fn copies_whole_vectors(
         && divisibility.vector_elems(*ptr, dim, boundary_check, elem_bytes, vec) == vec
 }
 
-/// By value: whether every use is a `dot` operand (not an accumulator), directly or through a
-/// `trans` whose every use is one.
-fn dot_only_values(kernel: &Kernel) -> Vec<bool> {
+/// How a loaded tile is read: by `dot`s only (as operands, not accumulators, directly or through
+/// a `trans` that only dots read), by registers only (no `dot` operand), both, or not at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Readers {
+    Dots,
+    Registers,
+    Both,
+    Unread,
+}
+
+/// By value: who reads it ([`Readers`]).
+fn readers(kernel: &Kernel) -> Vec<Readers> {
     let count = kernel.values.len();
     let (mut uses, mut operand_uses) = (vec![0usize; count], vec![0usize; count]);
     let mut transposes = Vec::new();
@@ -506,7 +527,12 @@ fn dot_only_values(kernel: &Kernel) -> Vec<bool> {
         }
     }
     (0..count)
-        .map(|v| uses[v] > 0 && uses[v] == operand_uses[v])
+        .map(|v| match (uses[v], operand_uses[v]) {
+            (0, _) => Readers::Unread,
+            (_, 0) => Readers::Registers,
+            (n, operands) if n == operands => Readers::Dots,
+            _ => Readers::Both,
+        })
         .collect()
 }
 

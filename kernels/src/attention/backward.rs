@@ -309,6 +309,7 @@ pub fn attention_bwd_dkdv<
     const BLOCK_N: usize,
     const CAUSAL: bool,
     const ACCUMULATE_DQ: bool,
+    const KEY_MAJOR: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -411,10 +412,12 @@ pub fn attention_bwd_dkdv<
             batch,
             head,
         );
-        // Each query tile's statistics are read in the scores' column layout (16 to 32 columns
-        // a thread): described whole, the query loop streams them with TMA too, into shared
-        // memory, rather than each thread loading its columns from global memory when the
-        // scores want them (docs/PERF.md, 2026-11-26, tenth session).
+        // Key-major, each query tile's statistics are read in the scores' column layout (16 to
+        // 32 columns a thread): described whole, the query loop streams them with TMA too, into
+        // shared memory, rather than each thread loading its columns from global memory when
+        // the scores want them (docs/PERF.md, 2026-11-26, tenth session).
+        let stats_row =
+            batch.to::<i64>() * stats_batch_stride + head.to::<i64>() * stats_head_stride;
         let (mut lse_block, mut delta_block) = stats_blocks::<BLOCK_M>(
             lse_base2,
             delta,
@@ -432,8 +435,6 @@ pub fn attention_bwd_dkdv<
         for start_m in (begin_m..seqlen_q).step_by(BLOCK_M) {
             let q_tile = load(q_block, [0]);
             let do_tile = load(do_block, [0]);
-            let lse_row = load(lse_block, [0]);
-            let delta_row = load(delta_block, [0]);
             let offs_m = start_m + arange(0, BLOCK_M);
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
@@ -442,11 +443,18 @@ pub fn attention_bwd_dkdv<
             };
             // Where the score tiles are at most 64 x 64, dP is issued beside the scores and runs
             // while P is computed (D128 on sm_90a +4-6%); at 128 x 64 (D64's 4 warps) the two
-            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26).
+            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26; measured on the
+            // query-major form, not again on the key-major one).
             let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
-            if ACCUMULATE_DQ {
+            if !KEY_MAJOR {
                 // Query-major: dQ's `dS K` takes dS from the accumulators as its A operand
-                // (key-major, dS^T went through shared memory: fused 0.79-0.98x, run 103).
+                // (key-major, dS^T went through shared memory: fused 0.79-0.98x, run 103), and
+                // `mma.sync` reads every operand from registers anyway (key-major there: D64
+                // dK/dV 0.74-0.86x, run 110). Its statistics in the rows' layout, two a thread,
+                // are plain loads.
+                let row_ok = offs_m < seqlen_q;
+                let lse_row = load(lse_base2 + stats_row + offs_m, row_ok, 0.0);
+                let delta_row = load(delta + stats_row + offs_m, row_ok, 0.0);
                 let qk = dot(q_tile, trans(k_tile));
                 let mut dp = if early_dp {
                     dot(do_tile, trans(v_tile))
@@ -467,13 +475,17 @@ pub fn attention_bwd_dkdv<
                 }
                 let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
                 dk_acc = dot(trans(ds), q_tile, dk_acc);
-                let accum =
-                    dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
-                atomic_add(accum, dot(ds, k_tile), [0]);
+                if ACCUMULATE_DQ {
+                    let accum =
+                        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
+                    atomic_add(accum, dot(ds, k_tile), [0]);
+                }
             } else {
                 // Key-major (`K Q^T`, FlashAttention-3's form): `P^T dO` and `dS^T Q` take P^T
                 // and dS^T from the accumulators as their A operands, and no P or dS goes
                 // through shared memory (1.05-1.21x, run 101).
+                let lse_row = load(lse_block, [0]);
+                let delta_row = load(delta_block, [0]);
                 let qk_t = dot(k_tile, trans(q_tile));
                 let mut dp_t = if early_dp {
                     dot(v_tile, trans(do_tile))
@@ -497,6 +509,11 @@ pub fn attention_bwd_dkdv<
                 }
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
                 dk_acc = dot(ds_t, q_tile, dk_acc);
+                if ACCUMULATE_DQ {
+                    let accum =
+                        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
+                    atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
+                }
             }
             q_block = advance(q_block, [BLOCK_M, 0]);
             do_block = advance(do_block, [BLOCK_M, 0]);

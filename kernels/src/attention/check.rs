@@ -411,8 +411,10 @@ pub struct Outputs {
     pub lse_base2: HostBuffer,
     pub delta: HostBuffer,
     pub dq_accum: HostBuffer,
-    /// The row statistics' head stride, and the rows of a head written.
-    stats: (usize, usize),
+    /// How far apart the row statistics' heads are (0 where the outputs hold none).
+    stats_stride: usize,
+    /// The rows of each head the statistics hold (`seqlen_q`); the rest is padding.
+    stats_rows: usize,
 }
 
 impl Outputs {
@@ -429,7 +431,8 @@ impl Outputs {
             delta: HostBuffer::poisoned(DType::F32, p.stats_len()),
             // Poisoned too: the fused backward must zero it before adding into it.
             dq_accum: HostBuffer::poisoned(DType::F32, p.dq_accum_len()),
-            stats: (p.stats_stride(), p.seqlen_q),
+            stats_stride: p.stats_stride(),
+            stats_rows: p.seqlen_q,
         }
     }
 
@@ -450,7 +453,8 @@ impl Outputs {
             lse_base2: empty(),
             delta: empty(),
             dq_accum: empty(),
-            stats: (0, 0),
+            stats_stride: 0,
+            stats_rows: 0,
         }
     }
 
@@ -479,16 +483,39 @@ impl Outputs {
             }
         }
         // The statistics' rows past seqlen_q are padding: never written (nor read).
-        let (stride, rows) = self.stats;
+        let (stride, rows) = (self.stats_stride, self.stats_rows);
         for (name, b) in [("lse_base2", &self.lse_base2), ("delta", &self.delta)] {
+            if stride == 0 {
+                break;
+            }
             let poisoned = b.poisoned_indices();
             let unwritten = poisoned.iter().filter(|&&i| i % stride < rows).count();
-            let padding = b.len() / stride.max(1) * (stride - rows);
+            let padding = b.len() / stride * (stride - rows);
             if unwritten > 0 {
                 faults.push(format!("{unwritten} elements of {name} unwritten or NaN"));
             }
             if poisoned.len() - unwritten < padding {
                 faults.push(format!("{name} written in its padding"));
+            }
+        }
+        // Each row's LSE in base 2 is its LSE's, +inf where that is -inf.
+        if stride > 0 {
+            let (lse, base2) = (self.lse.to_f64(), self.lse_base2.to_f64());
+            let wrong = lse
+                .iter()
+                .enumerate()
+                .filter(|&(i, &l)| {
+                    let got = base2[i / rows * stride + i % rows];
+                    let want = if l == f64::NEG_INFINITY {
+                        f64::INFINITY
+                    } else {
+                        l * std::f64::consts::LOG2_E
+                    };
+                    !(got == want || (got - want).abs() <= 1e-6 * want.abs().max(1.0))
+                })
+                .count();
+            if wrong > 0 {
+                faults.push(format!("{wrong} rows of lse_base2 are not lse * log2(e)"));
             }
         }
         faults

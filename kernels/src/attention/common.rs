@@ -256,6 +256,7 @@ pub fn visible_by_key<const CAUSAL: bool>(
 ) -> Tile<bool> {
     let key_in = offs_n < seqlen_k;
     if CAUSAL {
+        // i32::MAX: no row (the DSL takes float constants only by path).
         let first_row = where_(key_in, offs_n - shift, 2147483647);
         offs_m.expand_dims(0) >= first_row.expand_dims(1)
     } else {

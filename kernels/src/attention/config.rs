@@ -44,11 +44,11 @@
 //! `CompileOptions::num_stages` for the kernel's streaming loop: shared buffers per streamed tile,
 //! one tile in flight with `cp.async` while the program computes on another.
 //!
-//! The fused backward runs a preprocessing kernel (delta, and the dQ accumulator zeroed) and a
-//! dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one also holds a dQ
-//! tile and adds it with atomics: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64, and
-//! 64 x 64, 4, 2, wgmma at 128 (`kiln tune --backward fused`, H100, 2026-11-25); elsewhere the
-//! split dK/dV's entry, untuned.
+//! The fused backward runs a preprocessing kernel (the row statistics, and the dQ accumulator
+//! zeroed) and a dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one
+//! also holds a dQ tile and adds it with atomics: on sm_90a 128 x 128, 8, 2, wgmma at head dims
+//! 32 and 64, and 64 x 64, 4, 2, wgmma at 128 (`kiln tune --backward fused`, H100, 2026-11-25);
+//! elsewhere the split dK/dV's entry, untuned.
 
 use kiln_dsl::Target;
 

@@ -5,7 +5,7 @@
 use kiln_dsl::{DType, Grid, HostBuffer, KernelArg, Target};
 
 use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
-use super::{AttentionError, AttentionParams, Tensor, check_rows, invalid};
+use super::{AttentionError, AttentionParams, Tensor, check_rows, check_stats, invalid};
 
 /// Runs one planned launch with each role bound by `buffer`.
 fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(), AttentionError> {
@@ -72,7 +72,8 @@ pub struct BackwardOutputs<'a> {
     pub dq_accum: Option<&'a HostBuffer>,
 }
 
-/// Backward as `target` runs it: the dQ kernel (which writes delta), then the dK/dV kernel, or
+/// Backward as `target` runs it: the dQ kernel (which writes the row statistics), then the dK/dV
+/// kernel, or
 /// with `p.fused_backward` the preprocessing, the fused pass and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
@@ -95,17 +96,8 @@ pub fn backward(
     out.dk.check("dk", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     out.dv.check("dv", p.dtype, p.seqlen_k, p.heads_kv, p)?;
     check_rows("lse", lse, p)?;
-    for (name, buffer) in [("lse_base2", out.lse_base2), ("delta", out.delta)] {
-        if buffer.dtype() != DType::F32 || buffer.len() < p.stats_len() {
-            return Err(invalid(format!(
-                "{name} must hold at least {} f32 (batch * heads_q * seqlen_q rounded to 8), got \
-                 {} {}",
-                p.stats_len(),
-                buffer.len(),
-                buffer.dtype()
-            )));
-        }
-    }
+    check_stats("lse_base2", out.lse_base2, p)?;
+    check_stats("delta", out.delta, p)?;
     let dq_accum = match out.dq_accum {
         Some(buffer) if buffer.dtype() == DType::F32 && buffer.len() >= p.dq_accum_len() => buffer,
         Some(buffer) => {

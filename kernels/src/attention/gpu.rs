@@ -289,7 +289,7 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
             if p.fused_backward {
                 "the row statistics and the fused backward's dQ accumulator"
             } else {
-                "two f32 row statistics of batch * heads_q * seqlen_q rounded to 8"
+                "two f32 row statistics of batch * heads_q * round_up(seqlen_q, 8)"
             },
             at.workspace_bytes
         )));
@@ -303,7 +303,7 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
     ])
 }
 
-/// Launches the backward pass (dQ, which writes delta, then dK/dV; or fused, the
+/// Launches the backward pass (dQ, which writes the row statistics, then dK/dV; or fused, the
 /// preprocessing, dK/dV adding into the dQ accumulator, and the dQ conversion) in `context` on
 /// `stream`, after [`check_backward`] and after checking that kiln has kernels for it.
 ///

@@ -4,8 +4,9 @@
 //! [`check`]) or the GPU with the PTX kiln ships ([`prebuilt`], [`gpu`]).
 //!
 //! A call is one [`AttentionParams`] plus [`Tensor`]s in the `[batch, seqlen, heads, head_dim]`
-//! layout with element strides; LSE and the backward's `delta` are `[batch, heads_q, seqlen_q]` f32,
-//! the fused backward's dQ accumulator `[batch, heads_q, seqlen_q, head_dim]` f32.
+//! layout with element strides; LSE is `[batch, heads_q, seqlen_q]` f32, the backward's per-row
+//! statistics (LSE in base 2 and `delta`) the same with heads [`AttentionParams::stats_stride`]
+//! apart, the fused backward's dQ accumulator `[batch, heads_q, seqlen_q, head_dim]` f32.
 
 pub mod backward;
 pub mod check;
@@ -229,7 +230,7 @@ impl AttentionParams {
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`, with
     /// the forward's flags ([`forward_flags`]); for the fused backward dK/dV adds dQ into an
-    /// accumulator.
+    /// accumulator, and computes key-major where [`dkdv_key_major`] says.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -246,12 +247,14 @@ impl AttentionParams {
             AttentionKernel::Forward => forward_flags(self.head_dim, config)
                 .into_iter()
                 .fold(spec, |spec, (name, on)| spec.flag(name, on)),
-            AttentionKernel::DkDv => spec.flag("ACCUMULATE_DQ", self.fused_backward),
+            AttentionKernel::DkDv => spec
+                .flag("ACCUMULATE_DQ", self.fused_backward)
+                .flag("KEY_MAJOR", dkdv_key_major(self.fused_backward, config)),
             _ => spec,
         }
     }
 
-    /// Elements of the `[batch, heads_q, seqlen_q]` LSE (and delta) arrays.
+    /// Elements of the `[batch, heads_q, seqlen_q]` LSE array.
     pub fn lse_len(&self) -> usize {
         self.batch * self.heads_q * self.seqlen_q
     }
@@ -296,6 +299,15 @@ pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, b
             config.wgmma && matches!(head_dim, 32 | 128),
         ),
     ]
+}
+
+/// Whether dK/dV computes key-major (`S^T = K Q^T`, every product's A operand from registers):
+/// the split backward on `wgmma`, 1.05-1.21x the query-major form there (run 101); the fused one
+/// wants dS query-major for dQ's `dS K` (key-major 0.79-0.98x, run 103), and on `mma.sync`,
+/// whose operands are all registers, key-major cost D64's dK/dV 14-26% (run 110; docs/PERF.md,
+/// 2026-11-26, tenth session).
+pub fn dkdv_key_major(fused_backward: bool, config: KernelConfig) -> bool {
+    config.wgmma && !fused_backward
 }
 
 /// Strides, in elements, of a `[batch, seqlen, heads, head_dim]` tensor whose head_dim is contiguous.
@@ -401,7 +413,25 @@ impl<'a> Tensor<'a> {
     }
 }
 
-/// Checks an f32 `[batch, heads_q, seqlen_q]` buffer (LSE, delta).
+/// Checks an f32 buffer of the backward's per-row statistics: [`AttentionParams::stats_len`]
+/// elements.
+fn check_stats(
+    name: &str,
+    buffer: &HostBuffer,
+    params: &AttentionParams,
+) -> Result<(), AttentionError> {
+    if buffer.dtype() != DType::F32 || buffer.len() < params.stats_len() {
+        return Err(invalid(format!(
+            "{name} must hold at least batch * heads_q * round_up(seqlen_q, 8) = {} f32, got {} {}",
+            params.stats_len(),
+            buffer.len(),
+            buffer.dtype()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an f32 `[batch, heads_q, seqlen_q]` buffer (LSE).
 fn check_rows(
     name: &str,
     buffer: &HostBuffer,

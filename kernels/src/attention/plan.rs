@@ -45,9 +45,9 @@ impl AttentionKernel {
         self == AttentionKernel::DkDv
     }
 
-    /// The backward's kernels in launch order: split, dQ (which also writes delta) and dK/dV;
-    /// fused, the preprocessing (delta, and the dQ accumulator zeroed), dK/dV and the dQ
-    /// conversion.
+    /// The backward's kernels in launch order: split, dQ (which also writes the row
+    /// statistics, delta and the LSE in base 2) and dK/dV; fused, the preprocessing (the
+    /// statistics, and the dQ accumulator zeroed), dK/dV and the dQ conversion.
     pub fn backward(fused: bool) -> &'static [AttentionKernel] {
         if fused {
             &[
@@ -270,9 +270,9 @@ pub fn forward_with(
     Launch::new(p, AttentionKernel::Forward, target, config, args)
 }
 
-/// The backward pass on `target`, in order, configured as kiln's table says: dQ (with delta),
-/// then dK/dV, or with `p.fused_backward` the preprocessing (delta, and the accumulator
-/// zeroed), dK/dV adding dQ into the accumulator, and the dQ conversion.
+/// The backward pass on `target`, in order, configured as kiln's table says: dQ (with the row
+/// statistics), then dK/dV, or with `p.fused_backward` the preprocessing (the statistics, and
+/// the accumulator zeroed), dK/dV adding dQ into the accumulator, and the dQ conversion.
 pub fn backward(
     p: &AttentionParams,
     layouts: &BackwardLayouts,

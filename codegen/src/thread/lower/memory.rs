@@ -481,17 +481,9 @@ impl Lowering<'_> {
             .box_shape
             .last()
             .map_or(cols, |&elems| elems as usize);
-        let narrow = |this: &mut Self, r: Reg| match this.ty(r) {
-            Type::I32 => r,
-            _ => this.emit(Op::Cast(Cast::Trunc, r), Type::I32),
-        };
-        let mut row = narrow(self, block.offsets[0]);
-        let col = narrow(self, block.offsets[1]);
-        let mut lead = Vec::new();
-        for &v in leading.iter().rev() {
-            let r = self.reg(v)?;
-            lead.push(narrow(self, r));
-        }
+        let mut row = self.tma_coord(block.offsets[0]);
+        let col = self.tma_coord(block.offsets[1]);
+        let lead = self.leading_coords(leading)?;
         if let Some(first_row) = first_row {
             row = self.int(IntOp::Add, row, first_row);
         }
@@ -503,6 +495,25 @@ impl Lowering<'_> {
             slabs.push(coords);
         }
         Ok((slab, slabs))
+    }
+
+    /// A TMA coordinate: an integer register as i32.
+    pub(super) fn tma_coord(&mut self, r: Reg) -> Reg {
+        match self.ty(r) {
+            Type::I32 => r,
+            _ => self.emit(Op::Cast(Cast::Trunc, r), Type::I32),
+        }
+    }
+
+    /// The TMA coordinates of an array's leading dimensions, indexed by the `make_block_ptr`
+    /// offsets `leading` (outermost first): innermost first, as the copies take them.
+    pub(super) fn leading_coords(&mut self, leading: &[Value]) -> Result<Vec<Reg>> {
+        let mut coords = Vec::new();
+        for &v in leading.iter().rev() {
+            let r = self.reg(v)?;
+            coords.push(self.tma_coord(r));
+        }
+        Ok(coords)
     }
 
     /// A block store, or with `accumulate` a block atomic add (vectors of at most the target's

@@ -581,17 +581,13 @@ impl Lowering<'_> {
         warps: Reg,
     ) -> Result<()> {
         if self.layouts.tensor_maps[map].swizzle_bytes == 0 {
-            let mut coords = Vec::new();
-            for &offset in block.offsets.iter().rev() {
-                coords.push(self.emit(Op::Cast(Cast::Trunc, offset), Type::I32));
-            }
-            for &v in leading.iter().rev() {
-                let r = self.reg(v)?;
-                coords.push(match self.ty(r) {
-                    Type::I32 => r,
-                    _ => self.emit(Op::Cast(Cast::Trunc, r), Type::I32),
-                });
-            }
+            let mut coords: Vec<Reg> = block
+                .offsets
+                .iter()
+                .rev()
+                .map(|&o| self.tma_coord(o))
+                .collect();
+            coords.extend(self.leading_coords(leading)?);
             self.emit_effect(Op::TmaLoad {
                 dst: tile,
                 map,

@@ -285,6 +285,10 @@ fn table_entry(
             from_table.push((flag, Some(SpecValue::Bool(on))));
         }
     }
+    if kernel == AttentionKernel::DkDv {
+        let on = attention::dkdv_key_major(fused, config);
+        from_table.push(("KEY_MAJOR", Some(SpecValue::Bool(on))));
+    }
     for (param, shipped) in from_table {
         let Some(shipped) = shipped else { continue };
         match given.get(param) {
