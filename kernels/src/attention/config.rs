@@ -284,10 +284,12 @@ pub fn config(
         ],
         // dQ in two warpgroups taking turns: 1.08x the blocks of one warpgroup at seqlen 8192
         // (`kiln tune`, docs/PERF.md, 2026-11-25, fifth session); the causal one keeps 64 x 64.
+        // dK/dV key-major in 32-row query tiles: 1.03-1.09x 128 x 64 from 1k to 16k (run 113,
+        // per kernel; `kiln tune` runs 102 and 106: causal 0.865x; docs/PERF.md, tenth session).
         (Target::Sm90a, 64) => [
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 8, 2).on_wgmma(),
-            c(128, 64, 4, 2).on_wgmma(),
+            c(32, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 128) => [
             // Two warpgroups taking turns at the tensor cores: 1.19x (1.16x causal) the
