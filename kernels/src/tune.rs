@@ -11,17 +11,24 @@ use kiln_runtime::Device;
 
 use crate::attention::check::Tolerance;
 use crate::attention::gpu::{self, Candidate, Overrides};
-use crate::attention::{AttentionError, AttentionKernel, AttentionParams, KernelConfig};
+use crate::attention::{
+    AttentionError, AttentionKernel, AttentionParams, KernelConfig, dkdv_key_major,
+};
 use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
 
-/// The configurations tried for `kernel`: blocks of 32 to 128 rows each way, 4 or 8 warps, 2
-/// and 3 pipeline stages (the forward keeps at least 64 query rows); on sm_90a each again on
-/// `wgmma` where every warp can take 16 rows of its own, and for the forward 256 query rows of
+/// The configurations tried for `kernel` (of the fused backward, or not): blocks of 32 to 128
+/// rows each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query
+/// rows); on sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys
+/// for the split dK/dV, which is key-major there), and for the forward 256 query rows of
 /// 16 warps (four warpgroups taking turns; the backward's accumulators need more registers
 /// than 16 warps leave a thread). The compiler refuses what does not fit (shared memory,
 /// warps the tile cannot feed); those trials say so.
-pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> {
+pub fn candidates(
+    kernel: AttentionKernel,
+    target: Target,
+    fused_backward: bool,
+) -> Vec<KernelConfig> {
     let block_ms: &[usize] = match kernel {
         AttentionKernel::Forward => &[64, 128],
         _ => &[32, 64, 128],
@@ -35,13 +42,16 @@ pub fn candidates(kernel: AttentionKernel, target: Target) -> Vec<KernelConfig> 
                     let config = KernelConfig::new(block_m, block_n, num_warps, num_stages);
                     all.push(config);
                     // On Hopper's warpgroup tensor cores: every warp along the rows of each
-                    // product, 16 or more each (dK/dV's products are along keys and queries).
+                    // product, 16 or more each (dK/dV's products are along keys, and along
+                    // queries too where it is query-major).
+                    let wgmma = config.on_wgmma();
                     let rows = match kernel {
+                        AttentionKernel::DkDv if dkdv_key_major(fused_backward, wgmma) => block_n,
                         AttentionKernel::DkDv => block_m.min(block_n),
                         _ => block_m,
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
-                        all.push(config.on_wgmma());
+                        all.push(wgmma);
                     }
                 }
             }
@@ -132,7 +142,7 @@ pub fn tune(
         let mut configs = setup
             .configs
             .clone()
-            .unwrap_or_else(|| candidates(kernel, target));
+            .unwrap_or_else(|| candidates(kernel, target, setup.fused_backward));
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {
@@ -274,7 +284,7 @@ mod tests {
                     for kernel in AttentionKernel::ALL.into_iter().filter(|k| k.reads_keys()) {
                         let shipped = table.kernel(kernel);
                         assert!(
-                            candidates(kernel, Target::Sm90a).contains(&shipped),
+                            candidates(kernel, Target::Sm90a, fused).contains(&shipped),
                             "{kernel:?} d{head_dim} {keys:?} (fused backward: {fused}): {shipped}"
                         );
                     }
