@@ -59,6 +59,42 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
     let row_base = batch_head.to::<i64>() * seqlen_q;
     let lse_row = load(lse + row_base + offs_m, offs_m < seqlen_q, 0.0);
+    store_row_stats::<BLOCK_M>(
+        lse_base2,
+        delta,
+        lse_log2(lse_row),
+        row_delta::<T>(load(o_block, [0]), load(do_block, [0])),
+        batches,
+        heads_q,
+        seqlen_q,
+        stats_batch_stride,
+        stats_head_stride,
+        batch,
+        head,
+        start_m * BLOCK_M,
+    );
+    let accum =
+        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
+    store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
+}
+
+/// Stores the statistics of `BLOCK_M` query rows of one head from `first_row` that dK/dV reads
+/// ([`stats_blocks`]): their LSE in base 2 and their delta.
+#[kernel_fn]
+fn store_row_stats<const BLOCK_M: usize>(
+    lse_base2: Ptr<f32>,
+    delta: Ptr<f32>,
+    lse_row: Tile<f32>,
+    delta_row: Tile<f32>,
+    batches: i32,
+    heads_q: i32,
+    seqlen_q: i32,
+    stats_batch_stride: i64,
+    stats_head_stride: i64,
+    batch: i32,
+    head: i32,
+    first_row: i32,
+) {
     let (lse_block, delta_block) = stats_blocks::<BLOCK_M>(
         lse_base2,
         delta,
@@ -69,14 +105,10 @@ pub fn attention_bwd_preprocess<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
         stats_head_stride,
         batch,
         head,
-        start_m * BLOCK_M,
+        first_row,
     );
-    store(lse_block, lse_log2(lse_row), [0]);
-    let delta_row = row_delta::<T>(load(o_block, [0]), load(do_block, [0]));
+    store(lse_block, lse_row, [0]);
     store(delta_block, delta_row, [0]);
-    let accum =
-        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m * BLOCK_M);
-    store(accum, zeros([BLOCK_M, HEAD_DIM], f32), [0]);
 }
 
 /// `delta[i] = sum_d dO[i, d] * O[i, d]` of a block of rows, in f32: the term each row's `dS`
@@ -229,9 +261,11 @@ pub fn attention_bwd_dq<
     let lse_row = load(lse + row_base + offs_m, row_ok, 0.0);
     let lse_row = lse_log2(lse_row);
     let delta_row = row_delta::<T>(load(o_block, [0]), do_tile);
-    let (lse_block, delta_block) = stats_blocks::<BLOCK_M>(
+    store_row_stats::<BLOCK_M>(
         lse_base2,
         delta,
+        lse_row,
+        delta_row,
         batches,
         heads_q,
         seqlen_q,
@@ -241,8 +275,6 @@ pub fn attention_bwd_dq<
         head,
         start_m * BLOCK_M,
     );
-    store(lse_block, lse_row, [0]);
-    store(delta_block, delta_row, [0]);
     let lse_neg = -lse_row.expand_dims(1);
     let qk_scale = softmax_scale * f32::consts::LOG2_E;
     let shift = seqlen_k - seqlen_q;
