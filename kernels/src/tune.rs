@@ -2,7 +2,7 @@
 //! configuration of a kernel (forward, dQ, dK/dV, that of the split or of the fused backward;
 //! [`candidates`]) is compiled by the caller
 //! (kiln-codegen, which this crate does not link), checked against the f64 reference on a ragged
-//! GQA problem, and timed at the benchmark setup with the rest of the call as shipped. The
+//! GQA problem of the timed call's range of lengths (its specialisation), and timed at the benchmark setup with the rest of the call as shipped. The
 //! fastest correct candidate per kernel is what `attention::config`'s table should say for that
 //! target; `kiln tune` runs this and prints the trials and the winners.
 
@@ -12,7 +12,7 @@ use kiln_runtime::Device;
 use crate::attention::check::Tolerance;
 use crate::attention::gpu::{self, Candidate, Overrides};
 use crate::attention::{
-    AttentionError, AttentionKernel, AttentionParams, KernelConfig, dkdv_key_major,
+    AttentionError, AttentionKernel, AttentionParams, KernelConfig, KeyLength, dkdv_key_major,
 };
 use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
@@ -124,11 +124,13 @@ pub fn tune(
         ..bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen)
     };
     let table = timed.config(target)?;
-    // Ragged along every block size, unequal lengths, two query heads per kv head.
+    // Ragged along every block size, unequal lengths, two query heads per kv head, and in the
+    // timed call's range of lengths: the candidate is compiled as that range's specialisation.
+    let (seqlen_q, seqlen_k) = checked_seqlens(timed.key_length());
     let checked = AttentionParams {
         batch: 1,
-        seqlen_q: 777,
-        seqlen_k: 1000,
+        seqlen_q,
+        seqlen_k,
         heads_q: 2,
         heads_kv: 1,
         ..timed
@@ -170,6 +172,16 @@ pub fn tune(
         }
     }
     Ok(trials)
+}
+
+/// The query and key lengths of the call a candidate is checked on, ragged along every block
+/// size, in range `keys` causal or not ([`KeyLength::of`]).
+fn checked_seqlens(keys: KeyLength) -> (usize, usize) {
+    match keys {
+        KeyLength::Short => (333, 500),
+        KeyLength::Medium => (777, 1000),
+        KeyLength::Long => (777, 8999),
+    }
 }
 
 /// The problems every candidate runs: one checked against its f64 reference, one timed.
@@ -273,7 +285,7 @@ pub fn table(trials: &[Trial]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{KeyLength, config};
+    use crate::attention::config;
 
     #[test]
     fn the_search_covers_the_sm_90a_table() {
@@ -289,6 +301,20 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn candidates_are_checked_in_the_range_of_lengths_they_are_compiled_for() {
+        for keys in KeyLength::ALL {
+            let (seqlen_q, seqlen_k) = checked_seqlens(keys);
+            for causal in [false, true] {
+                assert_eq!(
+                    KeyLength::of(seqlen_q, seqlen_k, causal),
+                    keys,
+                    "causal {causal}"
+                );
             }
         }
     }
