@@ -35,7 +35,8 @@
 //! memory above 48 KiB. Loops that stream block-pointer tiles into `dot` are software-pipelined
 //! with `cp.async` ([`CompileOptions::num_stages`], [`layout::pipeline`]), or on `wgmma` with TMA
 //! (`cp.async.bulk.tensor` on `mbarrier`s) where the kernel's arguments describe the array whole
-//! (the tensor maps a launch builds are [`Compiled::tensor_maps`]), and block-pointer loads
+//! (the tensor maps a launch builds are [`Compiled::tensor_maps`]), their copies issued by a
+//! producer warpgroup of their own where [`CompileOptions::producer`] asks, and block-pointer loads
 //! and stores move up to 16 bytes per vector where [`layout::divisibility`] proves it aligned
 //! from what the launcher guarantees ([`CompileOptions::divisibility`]). The attention kernels
 //! (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
@@ -85,6 +86,12 @@ pub struct CompileOptions {
     /// accumulator) in shared memory with rows of 32 bytes or more; one that does not fit is an
     /// error naming it.
     pub wgmma: bool,
+    /// Whether a producer warpgroup of its own issues the TMA loops' copies (warp
+    /// specialisation, FlashAttention-3's): it runs ahead of the `num_warps` consumer warps,
+    /// as far as the buffers let it, and gives them its registers (`setmaxnreg`). Needs
+    /// `wgmma`, 8 consumer warps and TMA loops at the kernel's top level; adds 4 warps to a
+    /// block ([`thread`]'s lowering, `producer`).
+    pub producer: bool,
 }
 
 impl Default for CompileOptions {
@@ -107,12 +114,18 @@ impl CompileOptions {
             divisibility: Vec::new(),
             line_info: true,
             wgmma: false,
+            producer: false,
         }
     }
 
     /// The same options with `dot`s on `wgmma` (or not).
     pub fn with_wgmma(self, wgmma: bool) -> CompileOptions {
         CompileOptions { wgmma, ..self }
+    }
+
+    /// The same options with a producer warpgroup (or not).
+    pub fn with_producer(self, producer: bool) -> CompileOptions {
+        CompileOptions { producer, ..self }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.
@@ -128,7 +141,12 @@ impl CompileOptions {
 
     /// Threads per program: what a launch must give as the block size.
     pub fn threads_per_block(&self) -> u32 {
-        self.num_warps * layout::THREADS_PER_WARP
+        let producer = if self.producer {
+            layout::wgmma::WARPS_PER_WARPGROUP
+        } else {
+            0
+        };
+        (self.num_warps + producer) * layout::THREADS_PER_WARP
     }
 
     /// Checks what every stage relies on: a power-of-two number of warps a block can hold, a
@@ -145,6 +163,16 @@ impl CompileOptions {
             return invalid(format!(
                 "expected num_stages from 1 to {MAX_STAGES}, got {}",
                 self.num_stages
+            ));
+        }
+        if self.producer && !self.wgmma {
+            return invalid("a producer warpgroup needs wgmma".to_string());
+        }
+        // Its register split (`setmaxnreg`) is for two consumer warpgroups.
+        if self.producer && self.num_warps != 2 * layout::wgmma::WARPS_PER_WARPGROUP {
+            return invalid(format!(
+                "a producer warpgroup feeds two consumer warpgroups (8 warps), got {} warps",
+                self.num_warps
             ));
         }
         if self.wgmma && self.target != Target::Sm90a {

@@ -76,7 +76,8 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
     case.divisibility.iter().fold(
         CompileOptions::new(target, case.num_warps)
             .with_stages(case.num_stages)
-            .with_wgmma(case.wgmma),
+            .with_wgmma(case.wgmma)
+            .with_producer(case.producer),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -535,6 +536,7 @@ fn attention_case_at(
         num_stages: config.num_stages,
         target,
         wgmma: config.wgmma,
+        producer: config.producer,
         tolerance: cases::attention_tolerance(name, dtype),
     }
 }
@@ -549,7 +551,8 @@ fn attention_options(
     prebuilt::divisibility(kernel).into_iter().fold(
         CompileOptions::new(target, config.num_warps)
             .with_stages(config.num_stages)
-            .with_wgmma(config.wgmma),
+            .with_wgmma(config.wgmma)
+            .with_producer(config.producer),
         |options, (arg, n)| options.with_divisibility(arg, n),
     )
 }
@@ -640,6 +643,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 divisibility: base.divisibility.clone(),
                 target: Target::Sm80,
                 wgmma: false,
+                producer: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -842,13 +846,14 @@ fn the_emulator_finds_tma_copies_misused() {
 #[test]
 fn top_level_tma_loads_are_waited_for_where_first_read() {
     use kiln_codegen::thread::Op;
+    // (The D128 forward's other blocks have a producer warpgroup issue their copies.)
     for (name, copies) in [
-        ("attention_fwd_bf16_d128_sm_90a", 2),
+        ("attention_fwd_bf16_d128_causal_short_sm_90a", 2),
         ("attention_fwd_f16_d32_causal_sm_90a", 2),
         ("attention_fwd_bf16_d64_sm_90a", 1),
     ] {
         let case = case(name);
-        // 40 x 333: several key blocks, so that the loops run.
+        // 40 x 555: several key blocks, so that the loops run.
         let run = cases::runs(&case).swap_remove(2);
         let [x, y, z] = run.grid;
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
@@ -1036,8 +1041,9 @@ fn nested_pipelined_loops_keep_their_own_copies() {
 #[test]
 fn the_forward_issues_its_first_copies_before_its_first_scores() {
     use kiln_codegen::thread::{Op, Program};
-    let program = |name: &str| {
-        let case = attention_case(name, BF16, 128, true, Target::Sm90a);
+    // At head dims whose table has no producer warpgroup issue the copies.
+    let program = |name: &str, head_dim| {
+        let case = attention_case(name, BF16, head_dim, true, Target::Sm90a);
         thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap()
     };
     // The top-level position of the first op `op` accepts.
@@ -1052,12 +1058,12 @@ fn the_forward_issues_its_first_copies_before_its_first_scores() {
     let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
     let wgmma = |op: &Op| matches!(op, Op::Wgmma { .. });
     let global_load = |op: &Op| matches!(op, Op::LoadVector { .. });
-    let forward = program("attention_fwd");
+    let forward = program("attention_fwd", 64);
     let forward_copy = first(&forward, &copy).expect("the forward copies");
     assert!(forward_copy < first(&forward, &global_load).expect("Q's load"));
     assert!(forward_copy < first(&forward, &wgmma).expect("the first scores"));
     // dQ's arguments begin `q, k, v`: its K copies go out at its loop, after O and dO load.
-    let dq = program("attention_bwd_dq");
+    let dq = program("attention_bwd_dq", 128);
     let dq_load = first(&dq, &global_load).expect("O's load");
     let q_copy = first(&dq, &copy_of(&dq, 0)).expect("dQ copies Q with TMA");
     let k_copy = first(&dq, &copy_of(&dq, 1)).expect("dQ copies K with TMA");
@@ -1203,6 +1209,102 @@ fn the_emulator_finds_empty_barriers_misused() {
     });
     let err = emulated(&no_waits).unwrap_err();
     assert!(err.to_string().contains("race"), "{err}");
+}
+
+/// A producer warpgroup issues the D128 forward's copies (its table entry has one): the program
+/// splits by role once, the producer's registers go to the consumers, every copy of a loop is
+/// the producer's (the consumers copy only their one-shot tiles) and no barrier after the split
+/// is block-wide. The emulator runs the roles apart: without the consumers' `empty` arrivals the
+/// producer waits forever, and without its waits it runs a pass of the ring ahead, arriving
+/// on `full` barriers whose phase the consumers have not yet waited for.
+#[test]
+fn a_producer_warpgroup_issues_the_forwards_copies() {
+    use kiln_codegen::thread::{Block, Op, Program};
+    let case = case("attention_fwd_bf16_d128_sm_90a");
+    assert!(case.producer, "the D128 forward has a producer warpgroup");
+    // 40 x 555: five key blocks, so that the ring of buffers goes round twice.
+    let run = cases::runs(&case).swap_remove(2);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    assert_eq!(
+        program.threads_per_block, 384,
+        "two consumer warpgroups and the producer"
+    );
+    let emulated =
+        |program: &Program| emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers));
+    emulated(&program).unwrap();
+    let count = |block: &Block, pick: &dyn Fn(&Op) -> bool| {
+        let mut n = 0;
+        edit_ops(&mut block.clone(), &mut |op| n += usize::from(pick(op)));
+        n
+    };
+    let split = program.body.insts.iter().find_map(|i| match &i.op {
+        Op::If {
+            then_block,
+            else_block,
+            ..
+        } => Some((then_block, else_block)),
+        _ => None,
+    });
+    let (producer, consumers) = split.unwrap_or_else(|| panic!("no split by role\n{program}"));
+    let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
+    let gives = |op: &Op| {
+        matches!(
+            op,
+            Op::SetMaxNreg {
+                increase: false,
+                ..
+            }
+        )
+    };
+    let takes = |op: &Op| matches!(op, Op::SetMaxNreg { increase: true, .. });
+    assert_eq!((count(producer, &gives), count(consumers, &takes)), (1, 1));
+    assert!(count(producer, &copy) > 0, "the producer copies\n{program}");
+    let top_level = consumers.insts.iter().filter(|i| copy(&i.op)).count();
+    assert_eq!(
+        count(consumers, &copy),
+        top_level,
+        "only one-shot copies\n{program}"
+    );
+    assert_eq!(count(consumers, &|op| matches!(op, Op::Barrier)), 0);
+
+    let mut no_arrivals = program.clone();
+    drop_insts(&mut no_arrivals.body, &|op| {
+        matches!(op, Op::MbarrierArrive { .. })
+    });
+    let err = emulated(&no_arrivals).unwrap_err();
+    assert!(err.to_string().contains("deadlock"), "{err}");
+    let mut no_waits = program.clone();
+    drop_insts(&mut no_waits.body, &|op| {
+        matches!(op, Op::MbarrierWait { warps: Some(_), .. })
+    });
+    let err = emulated(&no_waits).unwrap_err();
+    assert!(
+        err.to_string().contains("whose phase has all its arrivals"),
+        "{err}"
+    );
+}
+
+/// A producer warpgroup is refused, naming why, where it cannot feed the kernel: dK/dV's TMA
+/// loop nests in its loop over a group's query heads, one consumer warpgroup would not take the
+/// registers it gives, and `mma.sync` has no TMA loop.
+#[test]
+fn a_producer_warpgroup_is_refused_where_it_cannot_feed() {
+    let refusal = |name: &str, config: KernelConfig, wgmma: bool| {
+        let case = attention_case_at(name, BF16, 128, false, Target::Sm90a, config);
+        let options = case_options(&case, Target::Sm90a).with_wgmma(wgmma);
+        compile(&case.kernel, &options).unwrap_err().to_string()
+    };
+    let producer = |m, n, warps| KernelConfig::new(m, n, warps, 2).on_wgmma().with_producer();
+    let nested = refusal("attention_bwd_dkdv", producer(64, 128, 8), true);
+    assert!(nested.contains("nested in another loop"), "{nested}");
+    let one = refusal("attention_fwd", producer(64, 64, 4), true);
+    assert!(
+        one.contains("two consumer warpgroups (8 warps), got 4"),
+        "{one}"
+    );
+    let no_wgmma = refusal("attention_fwd", producer(128, 128, 8), false);
+    assert!(no_wgmma.contains("needs wgmma"), "{no_wgmma}");
 }
 
 /// The two warpgroups of the GEMM take turns issuing their `wgmma`s on named barriers; the
@@ -2316,7 +2418,8 @@ fn the_shipped_attention_ptx_is_what_the_dsl_gives() {
         let options = prebuilt::divisibility(s.kernel).into_iter().fold(
             CompileOptions::new(s.target, s.config.num_warps)
                 .with_stages(s.config.num_stages)
-                .with_wgmma(s.config.wgmma),
+                .with_wgmma(s.config.wgmma)
+                .with_producer(s.config.producer),
             |options, (name, n)| options.with_divisibility(name, n),
         );
         let compiled = compile(&kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", s.name));

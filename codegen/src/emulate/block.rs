@@ -7,6 +7,7 @@ use half::{bf16, f16};
 use kiln_dsl::TensorMapParams;
 
 use super::EmulationError;
+use super::apart::Baton;
 use super::memory::{Global, Shared};
 use super::replay::{Event, Log};
 use super::tma::{self, Mbarriers};
@@ -38,19 +39,28 @@ pub(super) fn run_block(
         ctaid,
         nctaid,
         threads,
+        first: 0,
         regs: vec![Vec::new(); program.types.len()],
-        shared: Shared::new(program.shared_bytes, program.threads_per_block),
+        common: Some(Box::new(Common {
+            shared: Shared::new(program.shared_bytes, program.threads_per_block),
+            mbarriers: Mbarriers::default(),
+            log: runs_apart(&program.body).then(|| Log::new(threads.div_ceil(32))),
+            progress: 0,
+        })),
+        context: None,
         open_copies: vec![Vec::new(); threads],
         groups: vec![VecDeque::new(); threads],
         maps,
-        mbarriers: Mbarriers::default(),
-        log: runs_apart(&program.body).then(|| Log::new(threads.div_ceil(32))),
     };
     for (param, &value) in program.params.iter().zip(params) {
         state.regs[param.reg.index()] = vec![value; threads];
     }
     state.block(&program.body)?;
-    if let Some(log) = &state.log {
+    let common = state
+        .common
+        .take()
+        .expect("the block's state holds what it shares");
+    if let Some(log) = &common.log {
         log.replay().map_err(|message| EmulationError {
             message,
             loc: None,
@@ -69,7 +79,7 @@ pub(super) fn run_block(
             thread: Some(thread as u32),
         });
     }
-    if let Some(bar) = state.mbarriers.in_flight() {
+    if let Some(bar) = common.mbarriers.in_flight() {
         return Err(EmulationError {
             message: format!(
                 "the kernel ends with TMA copies on the mbarrier at shared byte {bar} never waited for"
@@ -79,7 +89,7 @@ pub(super) fn run_block(
             thread: None,
         });
     }
-    if let Some(thread) = state.shared.store_reading() {
+    if let Some(thread) = common.shared.store_reading() {
         return Err(EmulationError {
             message: "the kernel ends with a TMA store that may still read shared memory \
                       (no cp.async.bulk.wait_group.read after it)"
@@ -89,7 +99,7 @@ pub(super) fn run_block(
             thread: Some(thread),
         });
     }
-    if state.shared.async_pending() {
+    if common.shared.async_pending() {
         return Err(EmulationError {
             message: "the kernel ends with wgmma groups never waited for".to_string(),
             loc: None,
@@ -98,6 +108,17 @@ pub(super) fn run_block(
         });
     }
     Ok(())
+}
+
+/// What every thread of a block shares: shared memory, the `mbarrier`s with the TMA copies on
+/// them, the warps' log, and a count of the barriers' changes (which tells a deadlock where
+/// warpgroups run apart, [`super::apart`]).
+pub(super) struct Common {
+    pub shared: Shared,
+    pub mbarriers: Mbarriers,
+    /// Each warp's waits and arrivals, where warps may run apart ([`super::replay`]).
+    pub log: Option<Log>,
+    pub progress: u64,
 }
 
 /// A lane that issues a TMA copy, and the copy's coordinates (innermost first).
@@ -116,18 +137,21 @@ struct BlockState<'a, 'g> {
     ctaid: [u32; 3],
     nctaid: [u32; 3],
     threads: usize,
+    /// The block's thread id of this state's thread 0: a state runs a warpgroup-aligned
+    /// range of the block's threads where warpgroups run apart ([`Baton`]).
+    first: usize,
     /// Per register, per thread.
     regs: Vec<Vec<u64>>,
-    shared: Shared,
+    /// What every thread of the block shares, while this state runs.
+    common: Option<Box<Common>>,
+    /// Where warpgroups run apart: this state's context and the baton it runs with.
+    context: Option<(usize, &'a Baton)>,
     /// Per thread: its copies since its last `cp.async.commit_group`, and its committed groups,
     /// oldest first.
     open_copies: Vec<Vec<InFlight>>,
     groups: Vec<VecDeque<Vec<InFlight>>>,
     /// The launch's tensor maps, and the block's `mbarrier`s with the TMA copies on them.
     maps: &'a [TensorMapParams],
-    mbarriers: Mbarriers,
-    /// Each warp's waits and arrivals, where warps may run apart ([`super::replay`]).
-    log: Option<Log>,
 }
 
 /// Whether `block` (or a block nested in it) lets warps run apart: a named barrier, or a
@@ -176,14 +200,26 @@ fn flush(x: f32) -> f32 {
     }
 }
 
-impl<'a> BlockState<'a, '_> {
+impl<'a, 'g> BlockState<'a, 'g> {
     fn error(&self, inst: &Inst, thread: Option<usize>, message: String) -> EmulationError {
         EmulationError {
             message: format!("`{}`: {message}", inst_name(&inst.op)),
             loc: inst.loc,
             block: self.ctaid,
-            thread: thread.map(|t| t as u32),
+            thread: thread.map(|t| (self.first + t) as u32),
         }
+    }
+
+    /// The block's id of this state's thread `t`: what memory and barriers know it by.
+    fn id(&self, t: usize) -> u32 {
+        (self.first + t) as u32
+    }
+
+    /// What the block's threads share; only the running state holds it.
+    fn c(&mut self) -> &mut Common {
+        self.common
+            .as_mut()
+            .expect("a running block state holds what the block shares")
     }
 
     fn get(&self, reg: Reg, thread: usize) -> u64 {
@@ -265,7 +301,13 @@ impl<'a> BlockState<'a, '_> {
                 then_block,
                 else_block,
             } => {
-                let taken = if self.uniform(inst, *cond)? & 1 != 0 {
+                let cond = match self.uniform(inst, *cond) {
+                    Ok(cond) => cond,
+                    Err(divergent) => {
+                        return self.run_apart(inst, *cond, [then_block, else_block], divergent);
+                    }
+                };
+                let taken = if cond & 1 != 0 {
                     then_block
                 } else {
                     else_block
@@ -276,7 +318,13 @@ impl<'a> BlockState<'a, '_> {
             }
             Op::Yield(_) => Err(self.error(inst, None, "a yield inside a block".to_string())),
             Op::Barrier => {
-                self.shared.barrier();
+                if self.context.is_some() {
+                    let message = "bar.sync 0 where warpgroups run apart: the threads of the \
+                                   others never reach it"
+                        .to_string();
+                    return Err(self.error(inst, None, message));
+                }
+                self.c().shared.barrier();
                 // Barrier 0, counting every thread of the block.
                 let all = Event::Named {
                     id: 0,
@@ -301,19 +349,19 @@ impl<'a> BlockState<'a, '_> {
                     let id = self.get(*id, lane);
                     let warp_end = (lane + THREADS_PER_WARP as usize).min(self.threads);
                     let (arriving, waiting) = met.entry(id).or_default();
-                    arriving.extend((lane..warp_end).map(|t| t as u32));
+                    arriving.extend((lane..warp_end).map(|t| self.id(t)));
                     if *wait {
-                        waiting.extend((lane..warp_end).map(|t| t as u32));
+                        waiting.extend((lane..warp_end).map(|t| self.id(t)));
                     }
                     if !(1..16).contains(&id) {
                         let message = format!("named barrier {id} (barriers 1 to 15 are named)");
                         return Err(self.error(inst, Some(lane), message));
                     }
-                    if threads % THREADS_PER_WARP != 0 || *threads as usize > self.threads {
+                    let block_threads = self.program.threads_per_block;
+                    if threads % THREADS_PER_WARP != 0 || *threads > block_threads {
                         let message = format!(
                             "named barrier {id} counts {threads} threads: not whole warps of the \
-                             block's {}",
-                            self.threads
+                             block's {block_threads}"
                         );
                         return Err(self.error(inst, Some(lane), message));
                     }
@@ -328,10 +376,10 @@ impl<'a> BlockState<'a, '_> {
                 // orders nothing here: the turns order no memory).
                 for (arriving, waiting) in met.values() {
                     if arriving.len() == *threads as usize {
-                        let time = self.shared.tick();
+                        let time = self.c().shared.tick();
                         let arrivals: Vec<(u32, u64)> =
                             arriving.iter().map(|&t| (t, time)).collect();
-                        self.shared.acquire(waiting, &arrivals);
+                        self.c().shared.acquire(waiting, &arrivals);
                     }
                 }
                 Ok(())
@@ -345,7 +393,10 @@ impl<'a> BlockState<'a, '_> {
                     let (address, bits) = (self.get(*ptr, t), self.get(*value, t));
                     let written = match space {
                         Space::Global => self.global.write(address, ty, bits),
-                        Space::Shared => self.shared.write(address, ty, bits, t as u32),
+                        Space::Shared => {
+                            let id = self.id(t);
+                            self.c().shared.write(address, ty, bits, id)
+                        }
                     };
                     written.map_err(|m| self.error(inst, Some(t), m))?;
                 }
@@ -392,7 +443,10 @@ impl<'a> BlockState<'a, '_> {
                         let bits = self.get(value, t);
                         let written = match self.space(*ptr) {
                             Space::Global => self.global.write(at, ty, bits),
-                            Space::Shared => self.shared.write(at, ty, bits, t as u32),
+                            Space::Shared => {
+                                let id = self.id(t);
+                                self.c().shared.write(at, ty, bits, id)
+                            }
                         };
                         written.map_err(|m| self.error(inst, Some(t), m))?;
                     }
@@ -417,7 +471,10 @@ impl<'a> BlockState<'a, '_> {
                         let at = address + i as u64 * ty.bytes() as u64;
                         let read = match self.space(*ptr) {
                             Space::Global => self.global.read(at, ty),
-                            Space::Shared => self.shared.read(at, ty, t as u32),
+                            Space::Shared => {
+                                let id = self.id(t);
+                                self.c().shared.read(at, ty, id)
+                            }
                         };
                         values[t] = read.map_err(|m| self.error(inst, Some(t), m))?;
                     }
@@ -441,16 +498,21 @@ impl<'a> BlockState<'a, '_> {
                     };
                     let bytes = read.map_err(|m| self.error(inst, Some(t), m))?;
                     let offset = self.get(*dst, t);
-                    self.shared
-                        .start_copy(offset, BYTES, t as u32)
-                        .map_err(|m| self.error(inst, Some(t), m))?;
+                    {
+                        let id = self.id(t);
+                        self.c().shared.start_copy(offset, BYTES, id)
+                    }
+                    .map_err(|m| self.error(inst, Some(t), m))?;
                     self.open_copies[t].push(InFlight { offset, bytes });
                 }
                 Ok(())
             }
             Op::MbarrierInit { bar, count, pred } => {
                 for t in self.predicated(*pred) {
-                    let init = self.mbarriers.init(self.get(*bar, t), *count);
+                    let at = self.get(*bar, t);
+                    let c = self.c();
+                    c.progress += 1;
+                    let init = c.mbarriers.init(at, *count);
                     init.map_err(|m| self.error(inst, Some(t), m))?;
                     let (bar, count) = (self.get(*bar, t), *count);
                     self.log_thread(t, Event::MbarrierInit { bar, count });
@@ -458,12 +520,15 @@ impl<'a> BlockState<'a, '_> {
                 Ok(())
             }
             Op::FenceMbarrierInit => Ok(()),
+            // Registers are not a resource the emulator counts.
+            Op::SetMaxNreg { .. } => Ok(()),
             Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
                 for t in self.predicated(*pred) {
-                    let time = self.shared.tick();
-                    let arrive =
-                        self.mbarriers
-                            .arrive_expect_tx(self.get(*bar, t), *bytes, t as u32, time);
+                    let (at, id) = (self.get(*bar, t), self.id(t));
+                    let c = self.c();
+                    c.progress += 1;
+                    let time = c.shared.tick();
+                    let arrive = c.mbarriers.arrive_expect_tx(at, *bytes, id, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
                     self.log_thread(t, Event::MbarrierArrive { bar });
@@ -472,8 +537,11 @@ impl<'a> BlockState<'a, '_> {
             }
             Op::MbarrierArrive { bar } => {
                 for t in 0..self.threads {
-                    let time = self.shared.tick();
-                    let arrive = self.mbarriers.arrive(self.get(*bar, t), t as u32, time);
+                    let (at, id) = (self.get(*bar, t), self.id(t));
+                    let c = self.c();
+                    c.progress += 1;
+                    let time = c.shared.tick();
+                    let arrive = c.mbarriers.arrive(at, id, time);
                     arrive.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
                     self.log_thread(t, Event::MbarrierArrive { bar });
@@ -492,14 +560,17 @@ impl<'a> BlockState<'a, '_> {
                 for lane in waiting {
                     self.log_thread(lane, Event::MbarrierWait { bar, parity });
                     let warp_end = (lane + THREADS_PER_WARP as usize).min(self.threads);
-                    waiters.extend((lane..warp_end).map(|t| t as u32));
+                    waiters.extend((lane..warp_end).map(|t| self.id(t)));
                 }
-                let waited = self.mbarriers.wait(&mut self.shared, bar, parity, &waiters);
+                self.wait_until_ready(inst, bar, parity)?;
+                let c = self.c();
+                let waited = c.mbarriers.wait(&mut c.shared, bar, parity, &waiters);
                 waited.map_err(|m| self.error(inst, None, m))
             }
             Op::MbarrierInval { bar, pred } => {
                 for t in self.predicated(*pred) {
-                    let inval = self.mbarriers.inval(self.get(*bar, t));
+                    let at = self.get(*bar, t);
+                    let inval = self.c().mbarriers.inval(at);
                     inval.map_err(|m| self.error(inst, Some(t), m))?;
                     let bar = self.get(*bar, t);
                     self.log_thread(t, Event::MbarrierInval { bar });
@@ -516,15 +587,12 @@ impl<'a> BlockState<'a, '_> {
                 let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*dst, *bar], coords)?;
                 for (t, at) in lanes {
                     let (dst, bar) = (self.get(*dst, t), self.get(*bar, t));
-                    let copied = self.mbarriers.copy(
-                        &mut self.shared,
-                        self.global,
-                        params,
-                        dst,
-                        &at,
-                        bar,
-                        t as u32,
-                    );
+                    let (global, id) = (self.global, self.id(t));
+                    let c = self.c();
+                    let copied = c
+                        .mbarriers
+                        .copy(&mut c.shared, global, params, dst, &at, bar, id);
+                    c.progress += 1;
                     copied.map_err(|m| self.error(inst, Some(t), m))?;
                 }
                 Ok(())
@@ -538,15 +606,15 @@ impl<'a> BlockState<'a, '_> {
                 let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*src], coords)?;
                 for (t, at) in lanes {
                     let src = self.get(*src, t);
-                    let stored =
-                        tma::store(&mut self.shared, self.global, params, src, &at, t as u32);
+                    let (global, id) = (self.global, self.id(t));
+                    let stored = tma::store(&mut self.c().shared, global, params, src, &at, id);
                     stored.map_err(|m| self.error(inst, Some(t), m))?;
                 }
                 Ok(())
             }
             // Every thread waits (the op has no predicate): every store's bytes are read.
             Op::BulkWaitRead => {
-                self.shared.wait_store_reads();
+                self.c().shared.wait_store_reads();
                 Ok(())
             }
             Op::CpAsyncCommit => {
@@ -560,7 +628,10 @@ impl<'a> BlockState<'a, '_> {
                 for t in 0..self.threads {
                     while self.groups[t].len() > *pending as usize {
                         for copy in self.groups[t].pop_front().unwrap_or_default() {
-                            self.shared.land(copy.offset, &copy.bytes, t as u32);
+                            {
+                                let id = self.id(t);
+                                self.c().shared.land(copy.offset, &copy.bytes, id)
+                            };
                         }
                     }
                 }
@@ -577,7 +648,10 @@ impl<'a> BlockState<'a, '_> {
                     let address = self.get(*ptr, t);
                     let read = match space {
                         Space::Global => self.global.read(address, ty),
-                        Space::Shared => self.shared.read(address, ty, t as u32),
+                        Space::Shared => {
+                            let id = self.id(t);
+                            self.c().shared.read(address, ty, id)
+                        }
                     };
                     out.push(read.map_err(|m| self.error(inst, Some(t), m))?);
                 }
@@ -590,18 +664,21 @@ impl<'a> BlockState<'a, '_> {
             // TMA stores, which read only what their writers fenced.
             Op::FenceProxyAsync => {
                 for t in 0..self.threads {
-                    self.shared.fence_async(t as u32);
+                    {
+                        let id = self.id(t);
+                        self.c().shared.fence_async(id)
+                    };
                 }
                 Ok(())
             }
             Op::WgmmaCommit => {
-                self.shared.commit_async();
+                self.c().shared.commit_async();
                 Ok(())
             }
             Op::WgmmaFence => Ok(()),
             // The products were computed at issue; what they read stays read until here.
             Op::WgmmaWait { pending, values } => {
-                self.shared.wait_async(*pending);
+                self.c().shared.wait_async(*pending);
                 self.copy(&inst.results, values);
                 Ok(())
             }
@@ -624,7 +701,7 @@ impl<'a> BlockState<'a, '_> {
             Op::Shuffle { mode, value, lane } => {
                 let out = (0..self.threads)
                     .map(|t| {
-                        let own = (t as u32 % THREADS_PER_WARP) as u64;
+                        let own = (t % THREADS_PER_WARP as usize) as u64;
                         let operand = self.get(*lane, t) & 0x1f;
                         let source = match mode {
                             ShuffleMode::Bfly => own ^ operand,
@@ -675,9 +752,11 @@ impl<'a> BlockState<'a, '_> {
                     for half in 0..K_WIDTH {
                         let (source, elem) = ldmatrix_source(lane, reg, half, trans);
                         let at = addresses[source as usize] + 2 * elem as u64;
+                        let id = self.id(thread);
                         let bits = self
+                            .c()
                             .shared
-                            .read(at, Type::I16, thread as u32)
+                            .read(at, Type::I16, id)
                             .map_err(|m| self.error(inst, Some(thread), m))?;
                         regs[thread] |= bits << (16 * half);
                     }
@@ -779,9 +858,11 @@ impl<'a> BlockState<'a, '_> {
             };
             let read = |this: &mut Self, desc: &Descriptor, major: Major, mn, k| {
                 let at = desc.element_offset(major, 2, mn, k) as u64;
+                let id = this.id(first);
                 let bits = this
+                    .c()
                     .shared
-                    .read_async(at, Type::I16, first as u32)
+                    .read_async(at, Type::I16, id)
                     .map_err(|m| this.error(inst, Some(first), m))?;
                 Ok::<f64, EmulationError>(half_value(bits))
             };
@@ -823,6 +904,165 @@ impl<'a> BlockState<'a, '_> {
             }
         }
         Ok(out)
+    }
+
+    /// Where warpgroups run apart, waits (passing the baton on) until the phase of parity
+    /// `parity` of the `mbarrier` at `bar` is complete or can complete; in lockstep
+    /// [`Mbarriers::wait`] completes it or reports the deadlock.
+    fn wait_until_ready(&mut self, inst: &Inst, bar: u64, parity: u32) -> Result<()> {
+        let Some((me, baton)) = self.context else {
+            return Ok(());
+        };
+        loop {
+            let ready = self.c().mbarriers.ready(bar, parity);
+            if ready.map_err(|m| self.error(inst, None, m))? {
+                return Ok(());
+            }
+            let common = self
+                .common
+                .take()
+                .expect("a running context holds the block's state");
+            match baton.block(me, common) {
+                Ok(common) => self.common = Some(common),
+                Err(common) => {
+                    self.common = Some(common);
+                    let message = format!(
+                        "deadlock: every warpgroup waits, these on the mbarrier at shared byte \
+                         {bar} for its phase of parity {parity}, which nothing left completes"
+                    );
+                    return Err(self.error(inst, None, message));
+                }
+            }
+        }
+    }
+
+    /// An `if` whose condition splits the block by whole warps: a branch that only some warps
+    /// run (the rest skip it) runs on them alone; two that both run code (a producer
+    /// warpgroup's and its consumers') each in a context of its own ([`super::apart`]), whole
+    /// warpgroups each, the first error of one the split's.
+    fn run_apart(
+        &mut self,
+        inst: &Inst,
+        cond: Reg,
+        [then_block, else_block]: [&Block; 2],
+        divergent: EmulationError,
+    ) -> Result<()> {
+        let warp = THREADS_PER_WARP as usize;
+        if !inst.results.is_empty() || !self.threads.is_multiple_of(warp) {
+            return Err(divergent);
+        }
+        let taken = |t: usize| self.get(cond, t) & 1 != 0;
+        let mut parts: Vec<(usize, usize, bool)> = Vec::new();
+        for start in (0..self.threads).step_by(warp) {
+            let side = taken(start);
+            if (start..start + warp).any(|t| taken(t) != side) {
+                return Err(divergent);
+            }
+            match parts.last_mut() {
+                Some(part) if part.2 == side => part.1 = start + warp,
+                _ => parts.push((start, start + warp, side)),
+            }
+        }
+        let block = |side: bool| if side { then_block } else { else_block };
+        parts.retain(|&(_, _, side)| !block(side).insts.is_empty());
+        if let [(start, end, side)] = parts[..] {
+            // The others skip it: this state's context runs it on these warps.
+            let common = self.common.take();
+            let mut part = self.context_state(start..end, self.context);
+            part.common = common;
+            let ran = part.block(block(side)).map(|_| ());
+            self.common = part.common.take();
+            self.open_copies.splice(start..end, part.open_copies);
+            self.groups.splice(start..end, part.groups);
+            return ran;
+        }
+        let group = (WARPS_PER_WARPGROUP * THREADS_PER_WARP) as usize;
+        let whole =
+            |&(start, end, _): &(usize, usize, bool)| start % group == 0 && end % group == 0;
+        if self.context.is_some() || !parts.iter().all(whole) {
+            return Err(divergent);
+        }
+        let common = self
+            .common
+            .take()
+            .expect("the block's state holds what it shares");
+        let baton = Baton::new(common, parts.len());
+        let contexts: Vec<BlockState<'_, '_>> = parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(start, end, _))| self.context_state(start..end, Some((i, &baton))))
+            .collect();
+        let ended = std::thread::scope(|scope| {
+            let runs: Vec<_> = contexts
+                .into_iter()
+                .zip(&parts)
+                .enumerate()
+                .map(|(i, (mut context, &(_, _, side)))| {
+                    let block = block(side);
+                    let baton = &baton;
+                    scope.spawn(move || {
+                        context.common = Some(baton.take(i));
+                        let ran = context.block(block).map(|_| ());
+                        let common = context.common.take();
+                        baton.end(i, common.expect("a context ends holding the block's state"));
+                        (ran, context.open_copies, context.groups)
+                    })
+                })
+                .collect();
+            runs.into_iter()
+                .map(|run| {
+                    run.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect::<Vec<_>>()
+        });
+        self.common = baton.into_common();
+        let mut errors = Vec::new();
+        for (&(start, end, _), (ran, open_copies, groups)) in parts.iter().zip(ended) {
+            self.open_copies.splice(start..end, open_copies);
+            self.groups.splice(start..end, groups);
+            if let Err(e) = ran {
+                errors.push(e);
+            }
+        }
+        // A context's own error before the deadlock it left the others in.
+        match errors.iter().position(|e| !e.message.contains("deadlock")) {
+            Some(i) => Err(errors.swap_remove(i)),
+            None => errors.into_iter().next().map_or(Ok(()), Err),
+        }
+    }
+
+    /// The state of this one's `threads` in `context`, their registers so far, not running.
+    fn context_state<'s>(
+        &self,
+        threads: std::ops::Range<usize>,
+        context: Option<(usize, &'s Baton)>,
+    ) -> BlockState<'s, 'g>
+    where
+        'a: 's,
+    {
+        BlockState {
+            program: self.program,
+            global: self.global,
+            ctaid: self.ctaid,
+            nctaid: self.nctaid,
+            threads: threads.len(),
+            first: self.first + threads.start,
+            regs: self
+                .regs
+                .iter()
+                .map(|r| {
+                    r.get(threads.clone())
+                        .map(<[u64]>::to_vec)
+                        .unwrap_or_default()
+                })
+                .collect(),
+            common: None,
+            context,
+            open_copies: self.open_copies[threads.clone()].to_vec(),
+            groups: self.groups[threads].to_vec(),
+            maps: self.maps,
+        }
     }
 
     /// The first lane of each warp where `warps` holds (every warp without it), which must hold
@@ -892,7 +1132,8 @@ impl<'a> BlockState<'a, '_> {
 
     /// Logs `event` for warp `warp`, where the block keeps a log.
     fn log(&mut self, warp: usize, event: Event) {
-        if let Some(log) = &mut self.log {
+        let warp = self.first / THREADS_PER_WARP as usize + warp;
+        if let Some(log) = &mut self.c().log {
             log.record(warp, event);
         }
     }
@@ -927,7 +1168,7 @@ impl<'a> BlockState<'a, '_> {
                 _ => bits_of(*v as f32),
             },
             Op::Special(special) => match special {
-                Special::Tid => t as u64,
+                Special::Tid => (self.first + t) as u64,
                 Special::Ctaid(axis) => self.ctaid[*axis as usize % 3] as u64,
                 Special::Nctaid(axis) => self.nctaid[*axis as usize % 3] as u64,
             },
@@ -1024,6 +1265,7 @@ impl<'a> BlockState<'a, '_> {
             | Op::CpAsyncWait { .. }
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
+            | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }
             | Op::MbarrierWait { .. }
@@ -1126,6 +1368,7 @@ fn inst_name(op: &Op) -> &'static str {
         Op::CpAsyncWait { .. } => "cp.async.wait_group",
         Op::MbarrierInit { .. } => "mbarrier.init",
         Op::FenceMbarrierInit => "fence.mbarrier_init",
+        Op::SetMaxNreg { .. } => "setmaxnreg",
         Op::MbarrierArriveExpectTx { .. } => "mbarrier.arrive.expect_tx",
         Op::MbarrierWait { .. } => "mbarrier.try_wait.parity",
         Op::MbarrierInval { .. } => "mbarrier.inval",

@@ -141,6 +141,9 @@ struct Access {
     phase: u32,
     /// The thread, or `MANY` for a read by several.
     thread: u32,
+    /// The lowest and highest of the threads that read it, where several did.
+    lo: u32,
+    hi: u32,
     touched: bool,
     time: u64,
 }
@@ -178,7 +181,9 @@ pub(super) struct Shared {
     /// before what the waiting one does next (it arrived on an `mbarrier` phase the other
     /// waited for); by waiting thread, the same for every thread of the block at once.
     acquired: HashMap<(u32, u32), u64>,
-    acquired_all: HashMap<u32, u64>,
+    /// Per thread, the ranges of threads whose every member arrived on what it waited for, and
+    /// until when: their reads together (`MANY`) come before what it does next.
+    acquired_all: HashMap<u32, Vec<(u32, u32, u64)>>,
 }
 
 impl Shared {
@@ -302,24 +307,33 @@ impl Shared {
     /// The `waiters` waited for an `mbarrier` phase whose arrivals were `(thread, time)`: what
     /// each did before it arrived comes before what the waiters do from now on.
     pub fn acquire(&mut self, waiters: &[u32], arrivals: &[(u32, u64)]) {
-        // Where every thread arrived, the earliest of them orders everyone's accesses before.
+        // Where every thread of a range arrived (the block's, or a warpgroup-aligned part
+        // running apart), the earliest of them orders all their accesses before.
         let mut every = vec![None; self.threads as usize];
         for &(from, time) in arrivals {
             if let Some(slot) = every.get_mut(from as usize) {
                 *slot = Some(time);
             }
         }
-        let all = every
-            .iter()
-            .try_fold(u64::MAX, |min, t| t.map(|t| min.min(t)));
+        let arrived: Vec<usize> = (0..every.len()).filter(|&t| every[t].is_some()).collect();
+        let all = match (arrived.first(), arrived.last()) {
+            (Some(&lo), Some(&hi)) if hi - lo + 1 == arrived.len() => {
+                let time = arrived.iter().filter_map(|&t| every[t]).min();
+                time.map(|time| (lo as u32, hi as u32, time))
+            }
+            _ => None,
+        };
         for &thread in waiters {
             for &(from, time) in arrivals {
                 let known = self.acquired.entry((thread, from)).or_default();
                 *known = (*known).max(time);
             }
-            if let Some(time) = all {
+            if let Some((lo, hi, time)) = all {
                 let known = self.acquired_all.entry(thread).or_default();
-                *known = (*known).max(time);
+                match known.iter_mut().find(|(l, h, _)| (*l, *h) == (lo, hi)) {
+                    Some(entry) => entry.2 = entry.2.max(time),
+                    None => known.push((lo, hi, time)),
+                }
             }
         }
     }
@@ -328,13 +342,17 @@ impl Shared {
     /// one an `mbarrier` it waited for ordered.
     fn ordered(&self, access: Access, thread: u32) -> bool {
         let acquired = match access.thread {
-            MANY => self.acquired_all.get(&thread),
-            from => self.acquired.get(&(thread, from)),
+            MANY => self.acquired_all.get(&thread).is_some_and(|ranges| {
+                ranges.iter().any(|&(lo, hi, time)| {
+                    lo <= access.lo && access.hi <= hi && access.time <= time
+                })
+            }),
+            from => self
+                .acquired
+                .get(&(thread, from))
+                .is_some_and(|&time| access.time <= time),
         };
-        !access.touched
-            || access.phase != self.phase
-            || access.thread == thread
-            || acquired.is_some_and(|&time| access.time <= time)
+        !access.touched || access.phase != self.phase || access.thread == thread || acquired
     }
 
     fn range(&self, offset: u64, ty: Type) -> Result<std::ops::Range<usize>, String> {
@@ -371,7 +389,11 @@ impl Shared {
         self.check_not_read_async(start..end)?;
         for at in start..end {
             let (write, read) = (self.writes[at], self.reads[at]);
-            if !self.ordered(write, thread) || !self.ordered(read, thread) {
+            // Bytes a TMA copy landed (settled, checked above) are written again in order: what
+            // must come first is every read of them, which the copier's wait orders (the
+            // readers waited for the landing before they read and arrived).
+            let written_before = write.thread == ASYNC_COPY || self.ordered(write, thread);
+            if !written_before || !self.ordered(read, thread) {
                 return Err(format!(
                     "race: shared byte {at} accessed by another thread, then copied into without a barrier between"
                 ));
@@ -391,6 +413,8 @@ impl Shared {
             self.writes[at] = Access {
                 phase: self.phase,
                 thread,
+                lo: thread,
+                hi: thread,
                 touched: true,
                 time,
             };
@@ -421,9 +445,16 @@ impl Shared {
             }
             let read = &mut self.reads[at];
             let shared_read = read.touched && read.phase == self.phase && read.thread != thread;
+            let (lo, hi) = if shared_read {
+                (read.lo.min(thread), read.hi.max(thread))
+            } else {
+                (thread, thread)
+            };
             *read = Access {
                 phase: self.phase,
                 thread: if shared_read { MANY } else { thread },
+                lo,
+                hi,
                 touched: true,
                 time,
             };
@@ -453,6 +484,8 @@ impl Shared {
             self.writes[at] = Access {
                 phase: self.phase,
                 thread,
+                lo: thread,
+                hi: thread,
                 touched: true,
                 time,
             };

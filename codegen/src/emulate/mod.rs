@@ -4,7 +4,11 @@
 //!
 //! How it models the GPU:
 //! - **Threads**: every thread of a block has its own registers; the block runs in lockstep, one
-//!   instruction for all its threads at a time (control flow is uniform, which it checks).
+//!   instruction for all its threads at a time (control flow is uniform, which it checks), but
+//!   where a branch splits it by whole warps: warps that skip a branch wait while the others
+//!   run it, and where both sides run code (a producer warpgroup and its consumers) each side
+//!   runs in a context of its own, one at a time, passing the turn on where it waits on an
+//!   `mbarrier` phase not yet complete; all of them waiting is a deadlock.
 //! - **Warps**: threads `32 w .. 32 w + 31` form warp `w`; a shuffle reads the source lane's
 //!   register from the same instruction, as `shfl.sync` over a full warp does.
 //! - **Shared memory**: one byte array per block, of the program's size, initially unwritten.
@@ -33,6 +37,7 @@
 //!
 //! Blocks run in parallel (they share only global memory, as on the GPU).
 
+mod apart;
 mod block;
 mod memory;
 mod replay;

@@ -195,6 +195,14 @@ impl Mbarriers {
         Ok(())
     }
 
+    /// Whether a wait for the phase of parity `parity` of `bar` would pass: the phase
+    /// completed, or has every arrival and byte it waits for.
+    pub fn ready(&mut self, bar: u64, parity: u32) -> Result<bool, String> {
+        let barrier = self.get(bar)?;
+        Ok(barrier.parity != parity & 1
+            || (barrier.pending == 0 && barrier.delivered == barrier.expected))
+    }
+
     pub fn inval(&mut self, bar: u64) -> Result<(), String> {
         let barrier = self.get(bar)?;
         if !barrier.copies.is_empty() {

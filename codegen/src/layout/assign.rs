@@ -89,7 +89,10 @@ pub struct LayoutAssignment {
     pub tensor_maps: Vec<kiln_dsl::TensorMapSpec>,
     /// What is known to divide scalars and block pointers: it decides vector widths.
     pub divisibility: Divisibility,
+    /// The consumer warps: every warp but a producer warpgroup's.
     pub num_warps: u32,
+    /// Whether a producer warpgroup issues the TMA loops' copies (`CompileOptions::producer`).
+    pub producer: bool,
 }
 
 impl LayoutAssignment {
@@ -185,6 +188,12 @@ impl LayoutAssignment {
     /// buffers with barriers rather than a `bar.sync` an iteration (`thread::lower`).
     pub fn warpgroups_take_turns(&self) -> bool {
         self.uses_wgmma() && self.num_warps > super::wgmma::WARPS_PER_WARPGROUP
+    }
+
+    /// Whether a TMA loop frees its buffers on `empty` barriers rather than with a `bar.sync`
+    /// an iteration: where warpgroups take turns, and where a producer warpgroup fills them.
+    pub fn frees_on_barriers(&self) -> bool {
+        self.warpgroups_take_turns() || self.producer
     }
 
     /// The distinct layouts in order of first use by a value, then conversion targets, then
@@ -721,6 +730,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         tensor_maps: Vec::new(),
         divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,
+        producer: options.producer,
     };
     let divisibility = assignment.divisibility.clone();
     super::hoist::apply(kernel, &mut assignment);

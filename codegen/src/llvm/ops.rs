@@ -152,6 +152,12 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm("fence.mbarrier_init.release.cluster;", &[], &[], &[])?;
                 return Ok(());
             }
+            Op::SetMaxNreg { increase, regs } => {
+                let way = if *increase { "inc" } else { "dec" };
+                let asm = format!("setmaxnreg.{way}.sync.aligned.u32 {regs};");
+                self.asm(&asm, &[], &[], &[])?;
+                return Ok(());
+            }
             Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
                 let asm = format!("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], {bytes};");
                 return self.predicated_asm(&asm, &[self.shared_word(*bar)?], *pred);
@@ -473,6 +479,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::WgmmaWait { .. }
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
+            | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }
             | Op::MbarrierWait { .. }

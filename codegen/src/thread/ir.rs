@@ -395,6 +395,12 @@ pub enum Op {
     /// `fence.mbarrier_init.release.cluster`: barriers initialised before it are seen as such by
     /// the async proxy (the copies that complete their transactions).
     FenceMbarrierInit,
+    /// `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`: the warpgroup's registers per thread move
+    /// to `regs` (a producer warpgroup gives its own to the consumers).
+    SetMaxNreg {
+        increase: bool,
+        regs: u32,
+    },
     /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes` where `pred` holds: one
     /// arrival on the current phase, which then also waits for `bytes` of copies.
     MbarrierArriveExpectTx {

@@ -265,6 +265,12 @@ fn op_text(op: &Op) -> String {
             format!("mbarrier.init {}, {count} if {}", reg(*bar), reg(*pred))
         }
         Op::FenceMbarrierInit => "fence.mbarrier_init".to_string(),
+        Op::SetMaxNreg { increase, regs } => {
+            format!(
+                "setmaxnreg.{} {regs}",
+                if *increase { "inc" } else { "dec" }
+            )
+        }
         Op::MbarrierArriveExpectTx { bar, bytes, pred } => format!(
             "mbarrier.arrive.expect_tx {}, {bytes} if {}",
             reg(*bar),

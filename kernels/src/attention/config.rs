@@ -2,7 +2,8 @@
 //! pipeline stages. The one table every launch, every shipped PTX and every test reads.
 //!
 //! Each entry is `BLOCK_M x BLOCK_N, warps, stages`, and `wgmma` where its `dot`s run on Hopper's
-//! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`). BLOCK_M counts query rows and BLOCK_N key
+//! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`), `producer` where a
+//! producer warpgroup of 4 more warps issues its copies. BLOCK_M counts query rows and BLOCK_N key
 //! rows in every kernel: the forward and dQ hold BLOCK_M query rows per program and stream K/V
 //! in BLOCK_N-row tiles; dK/dV holds BLOCK_N key rows and streams Q/dO in BLOCK_M-row tiles; the
 //! fused backward's preprocessing and dQ conversion kernels have only BLOCK_M.
@@ -11,7 +12,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma (causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -31,7 +32,10 @@
 //! 64. The forward at 32 and 64 runs 64 query rows of one warpgroup, several programs an SM,
 //! whose loads and stores overlap each other's products: at 32 1.13-1.25x the larger blocks
 //! before from seqlen 1k to 16k, at 64 1.13-1.19x at 1k and 0.98-1.06x beyond (H200,
-//! docs/PERF.md, 2026-11-26, seventh session). Several spill a little (up to 700 bytes, ptxas
+//! docs/PERF.md, 2026-11-26, seventh session). The forward at 128 has a producer warpgroup issue
+//! its copies (FlashAttention-3's warp specialisation): 1.04-1.07x from 1k to 16k, causal or
+//! not; elsewhere it lost or tied (dQ 0.82-1.00x, the D64 forward 0.56-0.91x: `kiln tune`, H200,
+//! docs/PERF.md, 2026-11-26, eleventh session). Several spill a little (up to 700 bytes, ptxas
 //! 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
@@ -73,6 +77,9 @@ pub struct KernelConfig {
     /// kiln-codegen's `wgmma`: the kernel's `dot`s on Hopper's warpgroup tensor cores (sm_90a,
     /// a multiple of 4 warps).
     pub wgmma: bool,
+    /// kiln-codegen's `producer`: a producer warpgroup of its own issues the streaming loops'
+    /// TMA copies (4 warps beyond `num_warps`).
+    pub producer: bool,
 }
 
 impl KernelConfig {
@@ -88,7 +95,21 @@ impl KernelConfig {
             num_warps,
             num_stages,
             wgmma: false,
+            producer: false,
         }
+    }
+
+    /// The same configuration with a producer warpgroup.
+    pub const fn with_producer(self) -> KernelConfig {
+        KernelConfig {
+            producer: true,
+            ..self
+        }
+    }
+
+    /// Threads a program of this configuration launches with.
+    pub const fn threads(&self) -> u32 {
+        (self.num_warps + if self.producer { 4 } else { 0 }) * 32
     }
 
     /// The same configuration with its `dot`s on `wgmma`.
@@ -120,20 +141,26 @@ impl std::fmt::Display for KernelConfig {
         if self.wgmma {
             write!(f, ", wgmma")?;
         }
+        if self.producer {
+            write!(f, ", producer")?;
+        }
         Ok(())
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma]`, as `kiln tune --configs` takes it: `128x64:4:2:wgmma`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer]]`, as `kiln tune --configs` takes it:
+/// `128x64:4:2:wgmma`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
-        let refuse = || format!("expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma], got `{text}`");
+        let refuse =
+            || format!("expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer]], got `{text}`");
         let parts: Vec<&str> = text.trim().split(':').collect();
-        let (blocks, warps, stages, wgmma) = match parts[..] {
-            [b, w, s] => (b, w, s, false),
-            [b, w, s, "wgmma"] => (b, w, s, true),
+        let (blocks, warps, stages, wgmma, producer) = match parts[..] {
+            [b, w, s] => (b, w, s, false, false),
+            [b, w, s, "wgmma"] => (b, w, s, true, false),
+            [b, w, s, "wgmma", "producer"] => (b, w, s, true, true),
             _ => return Err(refuse()),
         };
         let (m, n) = blocks.split_once('x').ok_or_else(refuse)?;
@@ -144,7 +171,12 @@ impl std::str::FromStr for KernelConfig {
             number(warps)? as u32,
             number(stages)? as u32,
         );
-        Ok(if wgmma { config.on_wgmma() } else { config })
+        let config = if wgmma { config.on_wgmma() } else { config };
+        Ok(if producer {
+            config.with_producer()
+        } else {
+            config
+        })
     }
 }
 
@@ -250,6 +282,7 @@ pub fn config(
     keys: KeyLength,
 ) -> Option<AttentionConfig> {
     let preprocess = KernelConfig {
+        producer: false,
         block_m: 64,
         block_n: None,
         num_warps: 4,
@@ -294,8 +327,9 @@ pub fn config(
         (Target::Sm90a, 128) => [
             // Two warpgroups taking turns at the tensor cores: 1.19x (1.16x causal) the
             // 64 x 64 blocks of one warpgroup (`kiln tune`, seqlen 8192, docs/PERF.md,
-            // 2026-11-25, fifth session).
-            c(128, 128, 8, 2).on_wgmma(),
+            // 2026-11-25, fifth session); a producer warpgroup issues the copies: 1.04-1.07x
+            // (eleventh session).
+            c(128, 128, 8, 2).on_wgmma().with_producer(),
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
@@ -380,7 +414,23 @@ mod tests {
         assert_eq!(c, KernelConfig::new(128, 64, 4, 2).on_wgmma());
         assert_eq!(c.to_string(), "128 x 64, 4 warps, 2 stages, wgmma");
         assert_eq!("64x32:8:3".parse(), Ok(KernelConfig::new(64, 32, 8, 3)));
-        for bad in ["128x64:4", "128:4:2", "128x64:4:2:mma", "ax64:4:2"] {
+        let p: KernelConfig = "128x128:8:2:wgmma:producer".parse().unwrap();
+        assert_eq!(
+            p,
+            KernelConfig::new(128, 128, 8, 2).on_wgmma().with_producer()
+        );
+        assert_eq!(
+            p.to_string(),
+            "128 x 128, 8 warps, 2 stages, wgmma, producer"
+        );
+        assert_eq!(p.threads(), 384);
+        for bad in [
+            "128x64:4",
+            "128:4:2",
+            "128x64:4:2:mma",
+            "ax64:4:2",
+            "128x64:4:2:producer",
+        ] {
             let err = bad.parse::<KernelConfig>().unwrap_err();
             assert!(err.contains(&format!("got `{bad}`")), "{err}");
         }

@@ -42,13 +42,14 @@ impl Candidate {
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}{}",
+            "{}_m{}_n{}_w{}_s{}{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
             c.num_warps,
             c.num_stages,
-            if c.wgmma { "_wgmma" } else { "" }
+            if c.wgmma { "_wgmma" } else { "" },
+            if c.producer { "_producer" } else { "" }
         )
     }
 }
@@ -640,7 +641,7 @@ unsafe fn run(
         })
         .collect::<Result<Vec<_>, _>>()?;
     // Safety: the caller vouches for the memory behind the addresses.
-    unsafe { kernel.launch(stream, launch.grid, launch.config.num_warps * 32, &args) }?;
+    unsafe { kernel.launch(stream, launch.grid, launch.config.threads(), &args) }?;
     Ok(())
 }
 

@@ -132,6 +132,8 @@ pub struct Case {
     pub target: Target,
     /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores (sm_90a).
     pub wgmma: bool,
+    /// kiln-codegen's `producer`: a producer warpgroup of 4 more warps issues the copies.
+    pub producer: bool,
     pub tolerance: Tolerance,
 }
 
@@ -215,6 +217,7 @@ pub fn cases() -> Vec<Case> {
                 divisibility: Vec::new(),
                 target,
                 wgmma: false,
+                producer: false,
                 tolerance,
             })
         };
@@ -332,6 +335,7 @@ pub fn cases() -> Vec<Case> {
                 divisibility: GEMM_DIVISIBILITY.to_vec(),
                 target,
                 wgmma: false,
+                producer: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -359,6 +363,7 @@ pub fn cases() -> Vec<Case> {
             divisibility: GEMM_DIVISIBILITY.to_vec(),
             target: Target::Sm90a,
             wgmma: true,
+            producer: false,
             tolerance: reduced(dtype),
         });
     }
@@ -377,6 +382,7 @@ pub fn cases() -> Vec<Case> {
         divisibility: vec![("c", 16)],
         target: Target::Sm90a,
         wgmma: true,
+        producer: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
@@ -395,6 +401,7 @@ pub fn cases() -> Vec<Case> {
             num_stages: s.config.num_stages,
             target: s.target,
             wgmma: s.config.wgmma,
+            producer: s.config.producer,
         });
     }
     for target in Target::ALL {
@@ -421,6 +428,7 @@ pub fn cases() -> Vec<Case> {
                     divisibility: Vec::new(),
                     target,
                     wgmma: false,
+                    producer: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }
@@ -787,8 +795,9 @@ fn flag_spec(case: &Case, name: &str) -> bool {
 }
 
 /// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70, and
-/// 40 x 333, whose key loops run long enough to refill every pipeline buffer), padded strides
-/// (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in [-4, 4)).
+/// 40 x 555, whose key loops run long enough to refill every pipeline buffer twice at 128-key
+/// blocks), padded strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in
+/// [-1, 1) (dO in [-4, 4)).
 /// The backward kernels get the interpreter's forward outputs (O, LSE), and dK/dV `delta =
 /// rowsum(dO O)`.
 fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
@@ -800,7 +809,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
         name,
         "attention_bwd_preprocess" | "attention_bwd_dq_convert"
     ) || flag_spec(case, "ACCUMULATE_DQ");
-    [(70usize, 45usize), (45, 70), (40, 333)]
+    [(70usize, 45usize), (45, 70), (40, 555)]
         .into_iter()
         .map(|(seqlen_q, seqlen_k)| {
             let p = AttentionParams {

@@ -6,6 +6,7 @@
 use kiln_dsl::ir::{Inst as TileInst, Region, Value};
 
 use super::dot::Pending;
+use super::producer::Role;
 use super::{Lowering, Result};
 use crate::thread::ir::{Block, Inst, Op, Reg, Type};
 
@@ -39,8 +40,27 @@ impl Lowering<'_> {
         Ok((Block { insts }, yielded))
     }
 
+    /// Carries `start` through a loop beside its values: each register an init and a fresh
+    /// loop parameter, which it returns.
+    pub(super) fn carry(
+        &mut self,
+        start: Vec<Reg>,
+        init: &mut Vec<Reg>,
+        params: &mut Vec<Reg>,
+    ) -> Vec<Reg> {
+        start
+            .into_iter()
+            .map(|r| {
+                init.push(r);
+                let reg = self.new_reg(Type::I32);
+                params.push(reg);
+                reg
+            })
+            .collect()
+    }
+
     /// Fresh registers of the same types and grouping as `like`.
-    fn fresh(&mut self, like: &[Vec<Reg>]) -> Vec<Vec<Reg>> {
+    pub(super) fn fresh(&mut self, like: &[Vec<Reg>]) -> Vec<Vec<Reg>> {
         like.iter()
             .map(|regs| {
                 regs.iter()
@@ -101,16 +121,19 @@ impl Lowering<'_> {
         }
         let mut flat_init: Vec<Reg> = init.iter().flatten().copied().collect();
         let mut flat_params: Vec<Reg> = params.iter().flatten().copied().collect();
-        // The pipeline's own carried state (its buffer slot, and with TMA the phase), from 0.
+        // The pipeline's own carried state (its buffer slot, and with TMA the phase), from 0,
+        // or where a producer's ring stands.
         let state: Vec<Reg> = match &pipeline {
-            Some(pipeline) => (0..pipeline.state_len())
-                .map(|_| {
-                    flat_init.push(self.i32_const(0));
-                    let reg = self.new_reg(Type::I32);
-                    flat_params.push(reg);
-                    reg
-                })
-                .collect(),
+            Some(pipeline) => {
+                let start = if self.role == Role::Consumer && pipeline.state_len() == 2 {
+                    self.ring_start()
+                } else {
+                    (0..pipeline.state_len())
+                        .map(|_| self.i32_const(0))
+                        .collect()
+                };
+                self.carry(start, &mut flat_init, &mut flat_params)
+            }
             None => Vec::new(),
         };
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
@@ -136,8 +159,10 @@ impl Lowering<'_> {
         self.pending = Pending::unknown();
         let results = self.fresh(&init);
         let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();
-        for _ in &state {
-            flat_results.push(self.new_reg(Type::I32));
+        let state_end: Vec<Reg> = state.iter().map(|_| self.new_reg(Type::I32)).collect();
+        flat_results.extend(&state_end);
+        if self.role == Role::Consumer && state_end.len() == 2 {
+            self.ring = Some([state_end[0], state_end[1]]);
         }
         self.push(Inst {
             results: flat_results,

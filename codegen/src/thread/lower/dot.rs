@@ -174,11 +174,7 @@ fn nested_loop_bytes(
 /// The bytes of a TMA loop's `mbarrier`s: a `full` one per buffer, and an `empty` one in a
 /// program whose warpgroups take turns (none without TMA).
 pub(super) fn pipeline_barrier_bytes(layouts: &LayoutAssignment, pipeline: &PipelinedLoop) -> u32 {
-    let kinds = if layouts.warpgroups_take_turns() {
-        2
-    } else {
-        1
-    };
+    let kinds = if layouts.frees_on_barriers() { 2 } else { 1 };
     if pipeline.uses_tma() {
         kinds * pipeline.stages * super::pipeline::MBARRIER_BYTES
     } else {

@@ -7,8 +7,9 @@
 //! offsets added where they are used. One module per kind of op:
 //! `arith` (elementwise), `memory` (pointers, loads, stores, block pointers), `movement`
 //! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), `dot` (tiles
-//! staged in shared memory, `ldmatrix`, `mma.sync`), `control`, `pipeline` (`cp.async`
-//! into multi-buffered shared tiles).
+//! staged in shared memory, `ldmatrix`, `mma.sync`), `wgmma`, `control`, `pipeline` (`cp.async`
+//! or TMA into multi-buffered shared tiles), `turns` (warpgroups taking turns at the tensor
+//! cores), `producer` (a producer warpgroup issuing the copies, the consumers computing).
 
 mod arith;
 mod control;
@@ -16,6 +17,7 @@ mod dot;
 mod memory;
 mod movement;
 mod pipeline;
+mod producer;
 mod turns;
 mod wgmma;
 
@@ -33,6 +35,7 @@ use crate::layout::{
 };
 use crate::{CodegenError, CompileOptions, Stage};
 use dot::SharedTile;
+use producer::Role;
 
 type Result<T> = std::result::Result<T, CodegenError>;
 
@@ -87,9 +90,14 @@ pub fn lower(
         in_flight: wgmma::InFlight::default(),
         deferred_copies: None,
         turns: None,
-        early_prologue: pipeline::early_prologue(kernel, layouts),
+        early_prologue: (!options.producer)
+            .then(|| pipeline::early_prologue(kernel, layouts))
+            .flatten(),
         early_pipeline: None,
-        threads: options.threads_per_block(),
+        threads: options.num_warps * crate::layout::THREADS_PER_WARP,
+        role: Role::Whole,
+        ring: None,
+        consumer_barrier: None,
     };
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
@@ -105,7 +113,11 @@ pub fn lower(
         });
     }
     lowering.tid = lowering.emit_prelude(Op::Special(Special::Tid), Type::I32);
-    lowering.region(&kernel.body)?;
+    if options.producer {
+        lowering.split_roles(&kernel.body)?;
+    } else {
+        lowering.region(&kernel.body)?;
+    }
     if lowering.tma_store_bytes > 0 {
         // The lanes that issued TMA stores keep the block until the copies have read their tiles.
         lowering.emit_effect(Op::BulkWaitRead);
@@ -203,6 +215,13 @@ pub(super) struct Lowering<'a> {
     /// emitted; then the loop's index and pipeline, until the loop takes them up.
     early_prologue: Option<pipeline::EarlyPrologue>,
     early_pipeline: Option<(usize, pipeline::Pipeline)>,
+    /// Which part of a warp-specialised program is being lowered ([`producer`]).
+    role: Role,
+    /// Where the next TMA loop takes up the producer's ring of buffers: the slot and phase the
+    /// last one ended at.
+    ring: Option<[Reg; 2]>,
+    /// The consumers' named barrier, in place of `bar.sync 0` where a producer runs apart.
+    consumer_barrier: Option<Reg>,
 }
 
 impl Lowering<'_> {
@@ -438,6 +457,10 @@ impl Lowering<'_> {
     /// `bar.sync 0`; nothing staged is pending after it. Where `wgmma` reads shared memory,
     /// each thread's writes first fence the async proxy.
     pub(super) fn barrier(&mut self) {
+        // The producer touches no staged tile and meets the consumers on mbarriers only.
+        if self.role == Role::Producer {
+            return;
+        }
         // A warpgroup holding its turn must pass it first: the others wait for it there.
         self.pass_turn();
         for op in self.barrier_ops() {
@@ -449,7 +472,16 @@ impl Lowering<'_> {
     /// What a barrier is: `bar.sync`, after a proxy fence where `wgmma` reads shared memory
     /// (what threads wrote becomes visible to the tensor cores' async proxy).
     pub(super) fn barrier_ops(&self) -> Vec<Op> {
-        let mut ops = vec![Op::Barrier];
+        let barrier = match self.consumer_barrier {
+            Some(id) => Op::NamedBarrier {
+                id,
+                threads: self.threads,
+                wait: true,
+                pred: None,
+            },
+            None => Op::Barrier,
+        };
+        let mut ops = vec![barrier];
         if self.layouts.uses_wgmma() {
             ops.insert(0, Op::FenceProxyAsync);
         }
@@ -483,6 +515,18 @@ impl Lowering<'_> {
             self.next_inst += 1;
             self.current_inst = index;
             self.loc = Some(inst.loc);
+            if self.role == Role::Producer {
+                if let Some(yielded) = self.produce(inst)? {
+                    return Ok(yielded);
+                }
+                // A branch is the consumers': its instructions keep their numbers.
+                if matches!(inst.op, TileOp::If { .. }) {
+                    for nested in nested_regions(&inst.op) {
+                        walk_insts(nested, &mut self.next_inst, &mut |_, _| {});
+                    }
+                }
+                continue;
+            }
             self.converted.clear();
             if self.blocks.len() == 1
                 && let Some(early) = self.early_prologue.take_if(|e| e.before == index)

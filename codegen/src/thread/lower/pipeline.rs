@@ -45,6 +45,10 @@
 //! A top-level load copied once with TMA ([`Lowering::load_once_by_tma`]) has an `mbarrier` of
 //! its own, waited for once where its tile is first read.
 //!
+//! With a producer warpgroup ([`super::producer`]) the consumers neither set up barriers nor
+//! copy: each iteration waits on its `full` barrier and arrives on its `empty` one, and the
+//! ring's slot and phase go on from one TMA loop into the next; the producer's loop copies.
+//!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
 //! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier`
 //! that every thread arrives on at the end of the body (its `dot`s done with the buffer), and
@@ -61,6 +65,7 @@ use super::dot::{
     pipeline_buffer_bytes,
 };
 use super::memory::BlockRegs;
+use super::producer::Role;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::pipeline::COPY_BYTES;
 use crate::layout::pipeline::inst_count;
@@ -109,6 +114,11 @@ impl Pipeline {
         self.tma.is_some_and(|t| t.empty.is_some())
     }
 
+    /// Buffers per pipelined load.
+    pub fn stages(&self) -> u32 {
+        self.loop_info.stages
+    }
+
     /// The registers the loop carries for it: the buffer slot, and with TMA the phase parity.
     pub fn state_len(&self) -> usize {
         if self.tma.is_some() { 2 } else { 1 }
@@ -138,7 +148,7 @@ impl Lowering<'_> {
             let warp_size = self.i32_const(THREADS_PER_WARP as i64);
             TmaIssue {
                 barriers: self.next_barrier,
-                empty: (self.layouts.warpgroups_take_turns())
+                empty: (self.layouts.frees_on_barriers())
                     .then_some(self.next_barrier + loop_info.stages * MBARRIER_BYTES),
                 issuer: self.icmp(IntCmp::Eq, self.tid, zero),
                 issuing_warp: self.icmp(IntCmp::Ult, self.tid, warp_size),
@@ -156,6 +166,11 @@ impl Lowering<'_> {
         // The buffers may still be read by what ran before (an outer loop's last iteration).
         if self.pending.reads {
             self.barrier();
+        }
+        // Where a producer warpgroup fills the buffers, the barriers were set up before the
+        // roles split ([`super::producer`]).
+        if self.role != Role::Whole && pipeline.tma.is_some() {
+            return Ok(pipeline);
         }
         if let Some(TmaIssue {
             barriers,
@@ -349,6 +364,9 @@ impl Lowering<'_> {
             _ => None,
         };
         self.copies_now_or_later(pipeline.defer_copies, |this| {
+            if this.role == Role::Consumer && pipeline.tma.is_some() {
+                return Ok(());
+            }
             if pipeline.tma.is_some() {
                 return this.issue_tma(
                     inst,
@@ -399,6 +417,26 @@ impl Lowering<'_> {
         Ok(vec![next, self.int(IntOp::Xor, state[1], flip)])
     }
 
+    /// The slot after `state[0]` of a ring of `stages` buffers, and the phase parity
+    /// (`state[1]`), flipped where the slot wraps.
+    pub(super) fn next_ring_state(&mut self, stages: u32, state: &[Reg]) -> Vec<Reg> {
+        let zero = self.i32_const(0);
+        let one = self.i32_const(1);
+        let after = self.int(IntOp::Add, state[0], one);
+        let stages = self.i32_const(stages as i64);
+        let wraps = self.icmp(IntCmp::Eq, after, stages);
+        let next = self.emit(
+            Op::Select {
+                cond: wraps,
+                if_true: zero,
+                if_false: after,
+            },
+            Type::I32,
+        );
+        let flip = self.emit(Op::Cast(Cast::ZExt, wraps), Type::I32);
+        vec![next, self.int(IntOp::Xor, state[1], flip)]
+    }
+
     /// At the end of the body, its `dot`s complete: every thread arrives on the `empty` barrier
     /// of the buffer it read (`state[0]`), and where the body leaves staged writes pending, the
     /// top gets the barrier [`Self::pipeline_top`] left out (at `top`, an index in the body's
@@ -442,7 +480,17 @@ impl Lowering<'_> {
                 issuer,
                 ..
             }) => {
-                self.barrier();
+                // A producer's ring of buffers goes on into the next TMA loop; the producer
+                // itself waits for nobody.
+                if self.role != Role::Producer {
+                    self.barrier();
+                }
+                if self.role != Role::Whole {
+                    self.next_buffer -=
+                        pipeline_buffer_bytes(self.kernel, self.layouts, &pipeline.loop_info);
+                    self.next_barrier -= pipeline_barrier_bytes(self.layouts, &pipeline.loop_info);
+                    return;
+                }
                 for stage in 0..pipeline.loop_info.stages {
                     let stage = self.i32_const(stage as i64);
                     for first in [barriers].into_iter().chain(empty) {
@@ -506,7 +554,7 @@ impl Lowering<'_> {
     /// `empty_parity` (none for a buffer never filled), thread 0 arrives expecting all their
     /// bytes, warp 0 copies each tile by slabs.
     #[allow(clippy::too_many_arguments)]
-    fn issue_tma(
+    pub(super) fn issue_tma(
         &mut self,
         inst: &TileInst,
         pipeline: &Pipeline,

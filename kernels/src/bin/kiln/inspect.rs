@@ -70,6 +70,9 @@ struct Request {
     num_stages: u32,
     /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores.
     wgmma: bool,
+    /// kiln-codegen's `producer`: a producer warpgroup issues the TMA loops' copies (as the
+    /// table says).
+    producer: bool,
     /// kiln-codegen's divisibility: `(argument, n)`, the argument a multiple of `n`. Without
     /// codegen it only tells whether the request is shipped.
     #[cfg(feature = "codegen")]
@@ -92,6 +95,9 @@ impl fmt::Display for Request {
         )?;
         if self.wgmma {
             write!(f, ", wgmma")?;
+        }
+        if self.producer {
+            write!(f, ", producer")?;
         }
         match &self.shipped {
             Some(s) => write!(f, " (shipped as {})", s.name),
@@ -118,7 +124,7 @@ pub fn run(show: Show, args: &[String]) -> Result<(), String> {
                 let report = tools::resources(&ptx.text, name, request.target)?;
                 emit(&format!(
                     "{request}\n  threads           {} per block\n{}",
-                    request.num_warps.saturating_mul(32),
+                    (request.num_warps + 4 * u32::from(request.producer)).saturating_mul(32),
                     report.table(ptx.shared_bytes)
                 ))
             }
@@ -211,6 +217,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
     let num_warps = flags.warps.or(table.map(|c| c.num_warps)).unwrap_or(4);
     let num_stages = flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1);
     let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
+    let producer = wgmma && table.is_some_and(|c| c.producer);
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
         assumed
@@ -233,6 +240,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
                 && s.config.num_warps == num_warps
                 && s.config.num_stages == num_stages
                 && s.config.wgmma == wgmma
+                && s.config.producer == producer
                 && same_divisibility
         })
     });
@@ -246,6 +254,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         num_warps,
         num_stages,
         wgmma,
+        producer,
         #[cfg(feature = "codegen")]
         divisibility,
         shipped,
@@ -425,7 +434,8 @@ fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
     let options = request.divisibility.iter().fold(
         kiln_codegen::CompileOptions::new(request.target, request.num_warps)
             .with_stages(request.num_stages)
-            .with_wgmma(request.wgmma),
+            .with_wgmma(request.wgmma)
+            .with_producer(request.producer),
         |options, (name, n)| options.with_divisibility(name, *n),
     );
     let compiled = kiln_codegen::compile(&request.kernel, &options)
