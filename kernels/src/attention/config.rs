@@ -13,7 +13,7 @@
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
-//! | sm_90a | 256 | 128 x 64, 8, 2, wgmma | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
+//! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
 //! | sm_80 | 128 | 128 x 64, 4, 2 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
@@ -32,10 +32,11 @@
 //! 64. The forward at 32 and 64 runs 64 query rows of one warpgroup, several programs an SM,
 //! whose loads and stores overlap each other's products: at 32 1.13-1.25x the larger blocks
 //! before from seqlen 1k to 16k, at 64 1.13-1.19x at 1k and 0.98-1.06x beyond (H200,
-//! docs/PERF.md, 2026-11-26, seventh session). The forward at 128 has a producer warpgroup issue
-//! its copies (FlashAttention-3's warp specialisation): 1.04-1.07x from 1k to 16k, causal or
-//! not; elsewhere it lost or tied (dQ 0.82-1.00x, the D64 forward 0.56-0.91x: `kiln tune`, H200,
-//! docs/PERF.md, 2026-11-26, eleventh session). Several spill a little (up to 700 bytes, ptxas
+//! docs/PERF.md, 2026-11-26, seventh session). The forward at 128 and 256 has a producer
+//! warpgroup issue its copies (FlashAttention-3's warp specialisation): at 128 1.04-1.07x from 1k
+//! to 16k, causal or not, at 256 1.00-1.06x (most at 1k); elsewhere it lost or tied (dQ
+//! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
+//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). Several spill a little (up to 700 bytes, ptxas
 //! 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
@@ -334,7 +335,8 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 256) => [
-            c(128, 64, 8, 2).on_wgmma(),
+            // A producer warpgroup: 1.00-1.06x (eleventh session).
+            c(128, 64, 8, 2).on_wgmma().with_producer(),
             c(64, 64, 4, 2).on_wgmma(),
             c(64, 64, 8, 2),
         ],

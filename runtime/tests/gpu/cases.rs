@@ -795,9 +795,10 @@ fn flag_spec(case: &Case, name: &str) -> bool {
 }
 
 /// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70, and
-/// 40 x 555, whose key loops run long enough to refill every pipeline buffer twice at 128-key
-/// blocks), padded strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in
-/// [-1, 1) (dO in [-4, 4)).
+/// 40 x 555 of two query heads sharing one key/value head, whose key loops run long enough to
+/// refill every pipeline buffer twice at 128-key blocks and whose dK/dV sums over the group),
+/// padded strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in
+/// [-4, 4)).
 /// The backward kernels get the interpreter's forward outputs (O, LSE), and dK/dV `delta =
 /// rowsum(dO O)`.
 fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
@@ -809,11 +810,12 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
         name,
         "attention_bwd_preprocess" | "attention_bwd_dq_convert"
     ) || flag_spec(case, "ACCUMULATE_DQ");
-    [(70usize, 45usize), (45, 70), (40, 555)]
+    [(70usize, 45usize, 2usize), (45, 70, 2), (40, 555, 1)]
         .into_iter()
-        .map(|(seqlen_q, seqlen_k)| {
+        .map(|(seqlen_q, seqlen_k, heads_kv)| {
             let p = AttentionParams {
                 fused_backward,
+                heads_kv,
                 ..attention_params(dtype, head_dim, causal, seqlen_q, seqlen_k)
             };
             let ql = LayoutKind::Padded.layout(seqlen_q, p.heads_q, head_dim);

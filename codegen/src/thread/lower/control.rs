@@ -12,20 +12,20 @@ use crate::thread::ir::{Block, Inst, Op, Reg, Type};
 
 impl Lowering<'_> {
     /// Lowers `region` into a block of its own, after what `top` emits, ending in a yield of
-    /// what the region yields and then of the registers `top` gave.
+    /// what the region yields, then of the registers `top` gave, then of those `bottom` gives.
     /// `bottom` runs after the region, its `dot`s complete, with the length of the block `top`
     /// made.
     fn nested_block(
         &mut self,
         region: &Region,
         top: impl FnOnce(&mut Self) -> Result<Vec<Reg>>,
-        bottom: impl FnOnce(&mut Self, usize) -> Result<()>,
+        bottom: impl FnOnce(&mut Self, usize) -> Result<Vec<Reg>>,
     ) -> Result<(Block, Vec<Vec<Reg>>)> {
         self.blocks.push(Vec::new());
-        let yielded = top(self).and_then(|extra| {
+        let yielded = top(self).and_then(|mut extra| {
             let top_len = self.blocks.last().map_or(0, Vec::len);
             let yielded = self.region(region)?;
-            bottom(self, top_len)?;
+            extra.extend(bottom(self, top_len)?);
             Ok((yielded, extra))
         });
         let mut insts = self.blocks.pop().unwrap_or_default();
@@ -136,6 +136,14 @@ impl Lowering<'_> {
             }
             None => Vec::new(),
         };
+        // A loop around TMA loops that a producer feeds carries the ring's slot and phase.
+        let carries_ring =
+            pipeline.as_ref().is_none_or(|p| p.state_len() != 2) && self.nests_tma_loop(body);
+        if carries_ring {
+            let start = self.ring_start();
+            let ring = self.carry(start, &mut flat_init, &mut flat_params);
+            self.ring = Some([ring[0], ring[1]]);
+        }
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
         let (body_block, _) = self.nested_block(
@@ -153,7 +161,11 @@ impl Lowering<'_> {
                 if let Some(pipeline) = &pipeline {
                     this.pipeline_bottom(pipeline, &state, top);
                 }
-                Ok(())
+                Ok(if carries_ring {
+                    this.ring_start()
+                } else {
+                    Vec::new()
+                })
             },
         )?;
         self.pending = Pending::unknown();
@@ -163,6 +175,11 @@ impl Lowering<'_> {
         flat_results.extend(&state_end);
         if self.role == Role::Consumer && state_end.len() == 2 {
             self.ring = Some([state_end[0], state_end[1]]);
+        }
+        if carries_ring {
+            let ring_end = [self.new_reg(Type::I32), self.new_reg(Type::I32)];
+            flat_results.extend(ring_end);
+            self.ring = Some(ring_end);
         }
         self.push(Inst {
             results: flat_results,
@@ -196,9 +213,10 @@ impl Lowering<'_> {
         let cond = self.reg(cond)?;
         let before = self.pending;
         let (then_block, yielded) =
-            self.nested_block(then_region, |_| Ok(Vec::new()), |_, _| Ok(()))?;
+            self.nested_block(then_region, |_| Ok(Vec::new()), |_, _| Ok(Vec::new()))?;
         let after_then = std::mem::replace(&mut self.pending, before);
-        let (else_block, _) = self.nested_block(else_region, |_| Ok(Vec::new()), |_, _| Ok(()))?;
+        let (else_block, _) =
+            self.nested_block(else_region, |_| Ok(Vec::new()), |_, _| Ok(Vec::new()))?;
         self.pending.reads |= after_then.reads;
         self.pending.writes |= after_then.writes;
         let results = self.fresh(&yielded);

@@ -28,7 +28,7 @@ use super::dot::aligned_tile_bytes;
 use super::pipeline::MBARRIER_BYTES;
 use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
-use crate::layout::THREADS_PER_WARP;
+use crate::layout::{THREADS_PER_WARP, nested_regions, walk_insts};
 use crate::thread::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// Which part of a warp-specialised program is being lowered.
@@ -113,15 +113,17 @@ impl Lowering<'_> {
     /// first loop's place): `full` ones that the producer's arrival and its copies complete,
     /// `empty` ones that every consumer thread arrives on.
     fn init_ring_barriers(&mut self, tid: Reg) -> Result<()> {
-        let mut top_level = Vec::new();
+        // The instructions inside a branch: a ring the branch's sides would move apart.
+        let mut in_branch = Vec::new();
         let mut next = 0;
-        for inst in &self.kernel.body.insts {
-            top_level.push(next);
-            next += 1;
-            for nested in crate::layout::nested_regions(&inst.op) {
-                crate::layout::walk_insts(nested, &mut next, &mut |_, _| {});
+        walk_insts(&self.kernel.body, &mut next, &mut |index, inst| {
+            if let TileOp::If { .. } = inst.op {
+                let mut inner = index + 1;
+                for nested in nested_regions(&inst.op) {
+                    walk_insts(nested, &mut inner, &mut |i, _| in_branch.push(i));
+                }
             }
-        }
+        });
         let mut stages = None;
         // Every TMA loop's buffers, per load: one ring serves them all only if they match.
         let mut ring_buffers: Option<Vec<u32>> = None;
@@ -144,11 +146,11 @@ impl Lowering<'_> {
                     ),
                 });
             }
-            if !top_level.contains(&index) {
+            if in_branch.contains(&index) {
                 return Err(crate::CodegenError::Options {
                     message: format!(
-                        "a producer warpgroup feeds TMA loops at the top level of a kernel; `{}` \
-                         has one nested in another loop or branch",
+                        "a producer warpgroup feeds TMA loops outside branches; `{}` has one \
+                         inside an `if`",
                         self.kernel.name()
                     ),
                 });
@@ -290,12 +292,14 @@ impl Lowering<'_> {
         }
         let mut flat_init: Vec<Reg> = init_regs.iter().flatten().copied().collect();
         let mut flat_params: Vec<Reg> = params.iter().flatten().copied().collect();
-        let state: Vec<Reg> = match &pipeline {
-            Some(_) => {
-                let start = self.ring_start();
-                self.carry(start, &mut flat_init, &mut flat_params)
-            }
-            None => Vec::new(),
+        // A TMA loop carries the ring; so does one around TMA loops.
+        let state: Vec<Reg> = if pipeline.is_some() || self.nests_tma_loop(body) {
+            let start = self.ring_start();
+            let state = self.carry(start, &mut flat_init, &mut flat_params);
+            self.ring = Some([state[0], state[1]]);
+            state
+        } else {
+            Vec::new()
         };
         self.blocks.push(Vec::new());
         let mut next_state = Vec::new();
@@ -309,6 +313,10 @@ impl Lowering<'_> {
             next_state = self.produce_iteration(inst, pipeline, &body.params, &all, &state)?;
         }
         let yielded = self.region_insts(body)?;
+        if pipeline.is_none() && !state.is_empty() {
+            // Where the ring stands after the TMA loops of the body.
+            next_state = self.ring_start();
+        }
         let mut values: Vec<Reg> = Vec::new();
         for (&i, init) in kept.iter().zip(&init_regs) {
             let regs = yielded.get(i).cloned().unwrap_or_default();
@@ -347,8 +355,10 @@ impl Lowering<'_> {
         for (k, &i) in kept.iter().enumerate() {
             self.bind(inst.results[i], results[k].clone());
         }
-        if let Some(pipeline) = &pipeline {
+        if !state.is_empty() {
             self.ring = Some([ring_end[0], ring_end[1]]);
+        }
+        if let Some(pipeline) = &pipeline {
             self.pipeline_drain(pipeline);
         }
         Ok(())
@@ -412,6 +422,23 @@ impl Lowering<'_> {
             Some(empty_parity),
         )?;
         Ok(self.next_ring_state(pipeline.stages(), state))
+    }
+
+    /// Whether `body`, of the `for` being lowered, holds a TMA loop a producer feeds: the loop
+    /// then carries the ring's slot and phase.
+    pub(super) fn nests_tma_loop(&self, body: &Region) -> bool {
+        if self.role == Role::Whole {
+            return false;
+        }
+        let mut next = self.current_inst + 1;
+        let mut nests = false;
+        walk_insts(body, &mut next, &mut |index, _| {
+            nests |= self
+                .layouts
+                .pipeline_at(index)
+                .is_some_and(|p| p.uses_tma());
+        });
+        nests
     }
 
     /// The ring's slot and phase where the next TMA loop starts: where the last one stopped,
