@@ -179,19 +179,7 @@ impl Lowering<'_> {
             ..
         }) = pipeline.tma
         {
-            for stage in 0..loop_info.stages {
-                let stage = self.i32_const(stage as i64);
-                let empty = empty.map(|empty| (empty, self.threads));
-                for (first, count) in [(barriers, 1)].into_iter().chain(empty) {
-                    let bar = self.barrier_of(first, stage);
-                    self.emit_effect(Op::MbarrierInit {
-                        bar,
-                        count,
-                        pred: issuer,
-                    });
-                }
-            }
-            self.emit_effect(Op::FenceMbarrierInit);
+            self.init_tma_barriers(barriers, empty, loop_info.stages, issuer);
             self.barrier();
             for ahead in 0..loop_info.stages - 1 {
                 let exists = self.iteration_exists(&pipeline, lower, ahead)?;
@@ -392,47 +380,42 @@ impl Lowering<'_> {
             this.emit_effect(Op::CpAsyncCommit);
             Ok(())
         })?;
-        // With two buffers the next iteration reads the one just written.
-        let next = if stages == 2 {
-            write_slot
-        } else {
-            let after = self.int(IntOp::Add, slot, one);
-            let stages_reg = self.i32_const(stages as i64);
-            let wraps = self.icmp(IntCmp::Eq, after, stages_reg);
-            self.emit(
-                Op::Select {
-                    cond: wraps,
-                    if_true: zero,
-                    if_false: after,
-                },
-                Type::I32,
-            )
-        };
-        if pipeline.tma.is_none() {
-            return Ok(vec![next]);
-        }
-        // Each pass over the buffers waits for the other phase parity.
-        let wraps = self.icmp(IntCmp::Eq, next, zero);
-        let flip = self.emit(Op::Cast(Cast::ZExt, wraps), Type::I32);
-        Ok(vec![next, self.int(IntOp::Xor, state[1], flip)])
+        Ok(self.advance_ring(stages, state, Some(write_slot)))
     }
 
-    /// The slot after `state[0]` of a ring of `stages` buffers, and the phase parity
-    /// (`state[1]`), flipped where the slot wraps.
-    pub(super) fn next_ring_state(&mut self, stages: u32, state: &[Reg]) -> Vec<Reg> {
+    /// The loop state after this iteration's: the slot after `state[0]` of a ring of `stages`
+    /// buffers (with two, `written`, the one this iteration refilled, where there is one), and
+    /// with TMA the phase parity `state[1]`, flipped where the slot wraps.
+    pub(super) fn advance_ring(
+        &mut self,
+        stages: u32,
+        state: &[Reg],
+        written: Option<Reg>,
+    ) -> Vec<Reg> {
         let zero = self.i32_const(0);
-        let one = self.i32_const(1);
-        let after = self.int(IntOp::Add, state[0], one);
-        let stages = self.i32_const(stages as i64);
-        let wraps = self.icmp(IntCmp::Eq, after, stages);
-        let next = self.emit(
-            Op::Select {
-                cond: wraps,
-                if_true: zero,
-                if_false: after,
-            },
-            Type::I32,
-        );
+        let (next, wraps) = match written {
+            Some(written) if stages == 2 => (written, None),
+            _ => {
+                let one = self.i32_const(1);
+                let after = self.int(IntOp::Add, state[0], one);
+                let stages_reg = self.i32_const(stages as i64);
+                let wraps = self.icmp(IntCmp::Eq, after, stages_reg);
+                let next = self.emit(
+                    Op::Select {
+                        cond: wraps,
+                        if_true: zero,
+                        if_false: after,
+                    },
+                    Type::I32,
+                );
+                (next, Some(wraps))
+            }
+        };
+        if state.len() == 1 {
+            return vec![next];
+        }
+        // Each pass over the buffers waits for the other phase parity.
+        let wraps = wraps.unwrap_or_else(|| self.icmp(IntCmp::Eq, next, zero));
         let flip = self.emit(Op::Cast(Cast::ZExt, wraps), Type::I32);
         vec![next, self.int(IntOp::Xor, state[1], flip)]
     }
@@ -539,6 +522,31 @@ impl Lowering<'_> {
                 self.push(inst);
             }
         }
+    }
+
+    /// Thread `issuer` sets up a TMA loop's barriers, `stages` of each kind from `full` (and
+    /// `empty`): a `full` one counts one arrival (the copier's), an `empty` one every thread's;
+    /// then the fence that lets the async proxy see them (a barrier must follow).
+    pub(super) fn init_tma_barriers(
+        &mut self,
+        full: u32,
+        empty: Option<u32>,
+        stages: u32,
+        issuer: Reg,
+    ) {
+        for stage in 0..stages {
+            let stage = self.i32_const(stage as i64);
+            let empty = empty.map(|empty| (empty, self.threads));
+            for (first, count) in [(full, 1)].into_iter().chain(empty) {
+                let bar = self.barrier_of(first, stage);
+                self.emit_effect(Op::MbarrierInit {
+                    bar,
+                    count,
+                    pred: issuer,
+                });
+            }
+        }
+        self.emit_effect(Op::FenceMbarrierInit);
     }
 
     /// The `mbarrier` of buffer `slot` (an i32 register).

@@ -29,7 +29,7 @@ use super::pipeline::MBARRIER_BYTES;
 use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
 use crate::layout::{THREADS_PER_WARP, nested_regions, walk_insts};
-use crate::thread::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
+use crate::thread::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Reg, Type};
 
 /// Which part of a warp-specialised program is being lowered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,23 +168,7 @@ impl Lowering<'_> {
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, tid, zero);
         let full = self.next_barrier;
-        let empty = full + stages * MBARRIER_BYTES;
-        for stage in 0..stages {
-            for (first, count) in [(full, 1), (empty, self.threads)] {
-                let bar = self.emit(
-                    Op::SharedAddress {
-                        offset: first + stage * MBARRIER_BYTES,
-                    },
-                    Type::Ptr(Space::Shared),
-                );
-                self.emit_effect(Op::MbarrierInit {
-                    bar,
-                    count,
-                    pred: issuer,
-                });
-            }
-        }
-        self.emit_effect(Op::FenceMbarrierInit);
+        self.init_tma_barriers(full, Some(full + stages * MBARRIER_BYTES), stages, issuer);
         self.emit_effect(Op::Barrier);
         Ok(())
     }
@@ -409,7 +393,7 @@ impl Lowering<'_> {
         state: &[Reg],
     ) -> Result<Vec<Reg>> {
         let one = self.i32_const(1);
-        let always = self.icmp(IntCmp::Eq, one, one);
+        let always = self.int_const(Type::I1, 1);
         let empty_parity = self.int(IntOp::Xor, state[1], one);
         self.issue_tma(
             inst,
@@ -421,7 +405,7 @@ impl Lowering<'_> {
             state[0],
             Some(empty_parity),
         )?;
-        Ok(self.next_ring_state(pipeline.stages(), state))
+        Ok(self.advance_ring(pipeline.stages(), state, None))
     }
 
     /// Whether `body`, of the `for` being lowered, holds a TMA loop a producer feeds: the loop
