@@ -602,12 +602,14 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 map,
                 coords,
                 warps,
+                add,
             } => {
                 let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*src], coords)?;
                 for (t, at) in lanes {
                     let src = self.get(*src, t);
                     let (global, id) = (self.global, self.id(t));
-                    let stored = tma::store(&mut self.c().shared, global, params, src, &at, id);
+                    let shared = &mut self.c().shared;
+                    let stored = tma::store(shared, global, params, src, &at, id, *add);
                     stored.map_err(|m| self.error(inst, Some(t), m))?;
                 }
                 Ok(())

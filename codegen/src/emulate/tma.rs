@@ -226,7 +226,7 @@ impl Mbarriers {
 /// A TMA store of shared `src` through `map` at `coords` (innermost first) by `thread`: it
 /// reads `src` now (a read by the thread, which the writers must have met at a barrier), and
 /// its bytes stay read until the thread's `cp.async.bulk.wait_group.read`; what lies outside
-/// the array is not written.
+/// the array is not written. With `add` (a reduction, f32 only), it adds what it stores.
 pub(super) fn store(
     shared: &mut Shared,
     global: &Global<'_>,
@@ -234,8 +234,12 @@ pub(super) fn store(
     src: u64,
     coords: &[i64],
     thread: u32,
+    add: bool,
 ) -> Result<(), String> {
     let (ty, boxed) = box_elements(map, src, coords, "store from")?;
+    if add && ty != Type::F32 {
+        return Err(format!("a TMA reduction adds f32, not {ty:?}"));
+    }
     let elem = ty.bytes() as usize;
     let bytes = shared.read_for_store(src, boxed.len() * elem, thread)?;
     for (at, address) in boxed.into_iter().enumerate() {
@@ -243,7 +247,12 @@ pub(super) fn store(
         let at = (swizzled(src + (at * elem) as u64, map.swizzle_bytes) - src) as usize;
         let mut bits = [0u8; 8];
         bits[..elem].copy_from_slice(&bytes[at..at + elem]);
-        global.write(address, ty, u64::from_le_bytes(bits))?;
+        let bits = u64::from_le_bytes(bits);
+        if add {
+            global.add_f32(address, bits)?;
+        } else {
+            global.write(address, ty, bits)?;
+        }
     }
     Ok(())
 }

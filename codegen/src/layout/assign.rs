@@ -135,6 +135,11 @@ impl LayoutAssignment {
         self.tma_stores.get(&inst_index)
     }
 
+    /// The `atomic_add`s TMA adds into their arrays ([`super::tma_store`]).
+    pub fn tma_reductions(&self) -> impl Iterator<Item = &TmaStore> {
+        self.tma_stores.values().filter(|s| s.reduce)
+    }
+
     /// The top-level load at `inst_index`, where it copies into its staged tile with TMA, and
     /// its rank among those loads (each has an `mbarrier` of its own).
     pub fn tma_once_at(&self, inst_index: usize) -> Option<(usize, &OnceLoad)> {

@@ -291,8 +291,11 @@ pub(super) fn once_loads(
 }
 
 /// The `for` that carries each loop-carried body parameter, with the parameter's position
-/// among the carried values.
-pub(super) fn loop_carriers(region: &Region) -> HashMap<Value, (&Inst, usize)> {
+/// among the carried values ([`loop_carriers`]).
+pub(super) type Carriers<'k> = HashMap<Value, (&'k Inst, usize)>;
+
+/// The kernel's [`Carriers`].
+pub(super) fn loop_carriers(region: &Region) -> Carriers<'_> {
     let mut out = HashMap::new();
     for inst in &region.insts {
         if let Op::For { body, .. } = &inst.op {
@@ -323,7 +326,7 @@ fn unadvanced(definitions: &[Option<&Inst>], mut value: Value) -> Value {
 /// `advance`s and loops that carry it (a loop's yield must be the carried pointer advanced).
 fn block_origin<'k>(
     definitions: &[Option<&'k Inst>],
-    carriers: &HashMap<Value, (&'k Inst, usize)>,
+    carriers: &Carriers<'k>,
     value: Value,
 ) -> Option<&'k Inst> {
     let mut value = unadvanced(definitions, value);
@@ -365,7 +368,7 @@ pub(super) fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
-    carriers: &HashMap<Value, (&Inst, usize)>,
+    carriers: &Carriers<'_>,
     (ptr, value, shared): (Value, Value, Option<&SharedLayout>),
 ) -> Option<(TensorMapSpec, Vec<Value>)> {
     // Reached through values the loop sees, the `make_block_ptr` is in a region around the

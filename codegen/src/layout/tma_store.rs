@@ -22,12 +22,13 @@
 //! covers, and its array is described whole by kernel arguments, as a TMA load's must be
 //! ([`super::pipeline`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kiln_dsl::ir::{Kernel, Op, Value};
+use kiln_dsl::DType;
+use kiln_dsl::ir::{Inst, Kernel, Op, Value};
 
 use super::divisibility::{Divisibility, definitions};
-use super::pipeline::{inst_count, loop_carriers, tma_view};
+use super::pipeline::{Carriers, inst_count, loop_carriers, tma_view};
 use super::swizzle::SwizzledShared;
 use super::wgmma::{TILE_ALIGN, WARPS_PER_WARPGROUP};
 use super::{LayoutAssignment, SharedLayout, THREADS_PER_WARP};
@@ -47,9 +48,13 @@ pub struct TmaStore {
     /// own (the `wgmma` accumulator, warps along M), each stores its band as soon as it has
     /// written it, without waiting for the others (the map's box is one band); else 1.
     pub bands: usize,
+    /// An `atomic_add`: TMA adds the tile into the array, from a shared tile of its own (see
+    /// [`reductions`]), rather than storing it from the drained loops' buffers.
+    pub reduce: bool,
 }
 
-/// Finds the kernel's TMA stores and records them in `assignment`, after its pipelined loops.
+/// Finds the kernel's TMA stores and reductions and records them in `assignment`, after its
+/// pipelined loops.
 pub(super) fn apply(
     kernel: &Kernel,
     divisibility: &Divisibility,
@@ -58,18 +63,42 @@ pub(super) fn apply(
     if !assignment.uses_wgmma() {
         return;
     }
+    let definitions = definitions(kernel);
+    let carriers = loop_carriers(&kernel.body);
+    let mut stores = stores(kernel, divisibility, assignment, &definitions, &carriers);
+    stores.append(&mut reductions(
+        kernel,
+        divisibility,
+        assignment,
+        &definitions,
+        &carriers,
+    ));
+    assignment.tma_stores = stores;
+}
+
+/// The top-level `store_block`s TMA copies out of the drained loops' buffers.
+fn stores(
+    kernel: &Kernel,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+    definitions: &[Option<&Inst>],
+    carriers: &Carriers<'_>,
+) -> BTreeMap<usize, TmaStore> {
+    let mut stores = BTreeMap::new();
     let pipelines = &assignment.pipelines;
     if pipelines.is_empty() || !pipelines.values().all(|p| p.uses_tma()) {
-        return;
+        return stores;
     }
-    let bytes = |v: Value| {
-        let elems = kernel.ty(v).num_elements() * kernel.dtype(v).size_bytes();
-        elems.next_multiple_of(TILE_ALIGN)
-    };
     // The most any loop's buffers take: the room the stores' tiles share.
     let room = pipelines
         .values()
-        .map(|p| p.stages as usize * p.loads.iter().map(|l| bytes(l.value)).sum::<usize>())
+        .map(|p| {
+            p.stages as usize
+                * p.loads
+                    .iter()
+                    .map(|l| tile_bytes(kernel, l.value))
+                    .sum::<usize>()
+        })
         .max()
         .unwrap_or(0);
     let last_loop = pipelines.keys().next_back().copied();
@@ -80,9 +109,6 @@ pub(super) fn apply(
             last_load = Some(index);
         }
     });
-    let definitions = definitions(kernel);
-    let carriers = loop_carriers(&kernel.body);
-    let mut stores = BTreeMap::new();
     let mut taken = 0;
     let mut at = 0;
     for inst in &kernel.body.insts {
@@ -92,43 +118,119 @@ pub(super) fn apply(
             continue;
         };
         let after = |last: Option<usize>| last.is_some_and(|l| l > inst_index);
-        if after(last_loop) || after(last_load) || taken + bytes(*value) > room {
+        let bytes = tile_bytes(kernel, *value);
+        if after(last_loop) || after(last_load) || taken + bytes > room {
             continue;
         }
-        let elem_bytes = kernel.dtype(*value).size_bytes();
-        let Ok(shape) = <[usize; 2]>::try_from(kernel.ty(*value).shape()) else {
+        let view = (*ptr, *value);
+        let Some(store) = through_shared(
+            kernel,
+            divisibility,
+            assignment,
+            definitions,
+            carriers,
+            view,
+            false,
+        ) else {
             continue;
         };
-        if elem_bytes != 2 {
-            continue;
-        }
-        let Some(tile) = SwizzledShared::for_wgmma_operand(elem_bytes, shape, [1, 0]) else {
-            continue;
-        };
-        let shared = SharedLayout::from_swizzled(&tile);
-        let view = (*ptr, *value, Some(&shared));
-        let Some((mut spec, leading)) =
-            tma_view(kernel, divisibility, &definitions, &carriers, view)
-        else {
-            continue;
-        };
-        let bands = row_bands(assignment, *value, shape);
-        let lead = spec.box_shape.len() - 2;
-        spec.box_shape[lead] = (shape[0] / bands) as u32;
-        let map = assignment.tensor_map(spec);
-        taken += bytes(*value);
-        stores.insert(
-            inst_index,
-            TmaStore {
-                value: *value,
-                shared,
-                map,
-                leading,
-                bands,
-            },
-        );
+        taken += bytes;
+        stores.insert(inst_index, store);
     }
-    assignment.tma_stores = stores;
+    stores
+}
+
+/// The f32 `atomic_add`s of block pointers, anywhere in the kernel, that TMA adds into their
+/// array (`cp.reduce.async.bulk.tensor .add`) from a tile of their own: one bulk reduction a
+/// slab instead of a vector atomic per 4 elements a thread (the fused backward's dQ, as
+/// FlashAttention-3 adds it). They share one tile, each waiting for the last one's reads: the
+/// same bands of rows for all, or one band (the whole block meets) if they differ.
+fn reductions(
+    kernel: &Kernel,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+    definitions: &[Option<&Inst>],
+    carriers: &Carriers<'_>,
+) -> BTreeMap<usize, TmaStore> {
+    let mut found = Vec::new();
+    let mut next = 0;
+    super::walk_insts(&kernel.body, &mut next, &mut |index, inst| {
+        if let Op::AtomicAddBlock { ptr, value, .. } = &inst.op {
+            found.push((index, *ptr, *value));
+        }
+    });
+    let mut reductions = BTreeMap::new();
+    for (index, ptr, value) in found {
+        if kernel.dtype(value) != DType::F32 {
+            continue;
+        }
+        let view = (ptr, value);
+        if let Some(reduction) = through_shared(
+            kernel,
+            divisibility,
+            assignment,
+            definitions,
+            carriers,
+            view,
+            true,
+        ) {
+            reductions.insert(index, reduction);
+        }
+    }
+    let bands: BTreeSet<usize> = reductions.values().map(|r: &TmaStore| r.bands).collect();
+    if bands.len() > 1 {
+        for reduction in reductions.values_mut() {
+            let spec = &mut assignment.tensor_maps[reduction.map];
+            let lead = spec.box_shape.len() - 2;
+            let rows = kernel.ty(reduction.value).shape()[0] as u32;
+            let mut whole = spec.clone();
+            whole.box_shape[lead] = rows;
+            reduction.map = assignment.tensor_map(whole);
+            reduction.bands = 1;
+        }
+    }
+    reductions
+}
+
+/// How `value`, a 2-D tile of 16-bit elements (f32 for a reduction) stored at `ptr`, goes out
+/// through a swizzled shared tile by TMA, if it can: the tile's layout, the tensor map (its box
+/// one band of rows) and the bands.
+fn through_shared(
+    kernel: &Kernel,
+    divisibility: &Divisibility,
+    assignment: &mut LayoutAssignment,
+    definitions: &[Option<&Inst>],
+    carriers: &Carriers<'_>,
+    (ptr, value): (Value, Value),
+    reduce: bool,
+) -> Option<TmaStore> {
+    let elem_bytes = kernel.dtype(value).size_bytes();
+    let shape = <[usize; 2]>::try_from(kernel.ty(value).shape()).ok()?;
+    if elem_bytes != if reduce { 4 } else { 2 } {
+        return None;
+    }
+    let tile = SwizzledShared::for_wgmma_operand(elem_bytes, shape, [1, 0])?;
+    let shared = SharedLayout::from_swizzled(&tile);
+    let view = (ptr, value, Some(&shared));
+    let (mut spec, leading) = tma_view(kernel, divisibility, definitions, carriers, view)?;
+    let bands = row_bands(assignment, value, shape);
+    let lead = spec.box_shape.len() - 2;
+    spec.box_shape[lead] = (shape[0] / bands) as u32;
+    let map = assignment.tensor_map(spec);
+    Some(TmaStore {
+        value,
+        shared,
+        map,
+        leading,
+        bands,
+        reduce,
+    })
+}
+
+/// A tile's bytes in shared memory.
+fn tile_bytes(kernel: &Kernel, value: Value) -> usize {
+    let elems = kernel.ty(value).num_elements() * kernel.dtype(value).size_bytes();
+    elems.next_multiple_of(TILE_ALIGN)
 }
 
 /// The warpgroups of the program where each holds only rows `[w R, (w + 1) R)` of `value`, a

@@ -221,12 +221,21 @@ impl<'ctx> Translation<'_, 'ctx> {
                 map,
                 coords,
                 warps,
+                add,
             } => {
                 let (inputs, tensor) = self.tma_operands(*src, *map, coords)?;
-                let copy = format!(
-                    "cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group {tensor}, [$0];",
-                    coords.len(),
-                );
+                let copy = if *add {
+                    format!(
+                        "cp.reduce.async.bulk.tensor.{}d.global.shared::cta.add.tile.bulk_group \
+                         {tensor}, [$0];",
+                        coords.len(),
+                    )
+                } else {
+                    format!(
+                        "cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group {tensor}, [$0];",
+                        coords.len(),
+                    )
+                };
                 let commit = "cp.async.bulk.commit_group;".to_string();
                 return self.in_one_lane_per_warp(&[copy, commit], inputs, *warps);
             }

@@ -445,13 +445,15 @@ pub enum Op {
     /// each warp where `warps` holds, then `cp.async.bulk.commit_group` in that lane: copies
     /// shared `src` (128-aligned, swizzled as the map says) to the box of the program's tensor
     /// map `map` at `coords` (i32, innermost dimension first), writing only what lies inside the
-    /// array. The lane reads `src` until its [`Op::BulkWaitRead`]; the writers must have fenced
-    /// the async proxy and met the lane at a barrier first.
+    /// array; with `add`, `cp.reduce.async.bulk.tensor .add`: adds it there instead, each
+    /// element atomically. The lane reads `src` until its [`Op::BulkWaitRead`]; the writers
+    /// must have fenced the async proxy and met the lane at a barrier first.
     TmaStore {
         src: Reg,
         map: usize,
         coords: Vec<Reg>,
         warps: Reg,
+        add: bool,
     },
     /// `cp.async.bulk.wait_group.read 0`: this thread's bulk stores have read their shared
     /// memory, which may then be written again or released with the block.

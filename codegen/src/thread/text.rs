@@ -305,8 +305,10 @@ fn op_text(op: &Op) -> String {
             map,
             coords,
             warps,
+            add,
         } => format!(
-            "cp.async.bulk.tensor map{map} {{{}}}, {} by one lane of warps where {}",
+            "cp{}.async.bulk.tensor map{map} {{{}}}, {} by one lane of warps where {}",
+            if *add { ".reduce.add" } else { "" },
             regs(coords),
             reg(*src),
             reg(*warps)

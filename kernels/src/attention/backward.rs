@@ -329,7 +329,8 @@ pub fn attention_bwd_dq<
 /// dK and dV for one (key block, batch x kv head), summed over the query heads of its group:
 /// `dV = sum_i P_ij dO_i`, `dK = scale * sum_i dS_ij Q_i`; with `ACCUMULATE_DQ` (the fused
 /// backward) each query tile's `dS_ij K_j` is also added into `dq_accum` (zeroed by the
-/// preprocessing kernel) with f32 atomic adds. Without it, `dq_accum` is never touched.
+/// preprocessing kernel) with f32 atomic adds: on `wgmma` one TMA reduction a slab of the tile,
+/// from shared memory, as FlashAttention-3 adds its dQ. Without it, `dq_accum` is never touched.
 ///
 /// Query rows past `seqlen_q` load as zeros with `dO = 0` and `delta = 0`, so they add nothing
 /// (seed 001's implicit masking); keys past `seqlen_k` and the causal mask are masked with `-inf`.
@@ -378,6 +379,8 @@ pub fn attention_bwd_dkdv<
     dv_head_stride: i64,
     stats_batch_stride: i64,
     stats_head_stride: i64,
+    dq_accum_batch_stride: i64,
+    dq_accum_head_stride: i64,
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
@@ -420,7 +423,6 @@ pub fn attention_bwd_dkdv<
     let mut dv_acc = zeros([BLOCK_N, HEAD_DIM], f32);
     for member in 0..group {
         let head = head_kv * group + member;
-        let row_base = (batch * heads_q + head).to::<i64>() * seqlen_q;
         // Described whole: the query loop may stream Q and dO with TMA.
         let q_rows = head_rows::<T, HEAD_DIM, BLOCK_M>(
             q,
@@ -461,6 +463,18 @@ pub fn attention_bwd_dkdv<
             batch,
             head,
             begin_m,
+        );
+        // Described whole: on sm_90a each query tile's dQ is added by TMA, from shared memory.
+        let dq_accum_rows = head_rows::<f32, HEAD_DIM, BLOCK_M>(
+            dq_accum,
+            batches,
+            heads_q,
+            seqlen_q,
+            dq_accum_batch_stride,
+            dq_accum_head_stride,
+            HEAD_DIM as i64,
+            batch,
+            head,
         );
         let mut q_block = advance(q_rows, [begin_m, 0]);
         let mut do_block = advance(do_rows, [begin_m, 0]);
@@ -508,8 +522,7 @@ pub fn attention_bwd_dkdv<
                 let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
                 dk_acc = dot(trans(ds), q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    let accum =
-                        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
+                    let accum = advance(dq_accum_rows, [start_m, 0]);
                     atomic_add(accum, dot(ds, k_tile), [0]);
                 }
             } else {
@@ -542,8 +555,7 @@ pub fn attention_bwd_dkdv<
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
                 dk_acc = dot(ds_t, q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    let accum =
-                        dq_accum_block::<HEAD_DIM, BLOCK_M>(dq_accum, row_base, seqlen_q, start_m);
+                    let accum = advance(dq_accum_rows, [start_m, 0]);
                     atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
                 }
             }

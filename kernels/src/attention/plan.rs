@@ -407,6 +407,9 @@ fn backward_args(
                 args.extend(strides(layout));
             }
             args.extend(stats_strides(p));
+            // The accumulator is packed `[batch, heads_q, seqlen_q, head_dim]`.
+            let head = p.seqlen_q * p.head_dim;
+            args.extend([Arg::I64((p.heads_q * head) as i64), Arg::I64(head as i64)]);
             args.push(Arg::F32(p.softmax_scale));
             args
         }

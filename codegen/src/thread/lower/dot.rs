@@ -101,14 +101,16 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
     tile_bytes(kernel, value).next_multiple_of(tile_align(layouts))
 }
 
-/// Where staged tiles go in shared memory: every staged tile from 0, each at its own place;
-/// above them, from `staged`, pipelined loads' buffers, a loop's above those of the loops around
+/// Where staged tiles go in shared memory: every staged tile from 0, each at its own place,
+/// then from `reduction` the tile TMA reductions share (`atomic_add`s by TMA); above them,
+/// from `staged`, pipelined loads' buffers, a loop's above those of the loops around
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
 /// bytes again, one after the other: the layout stage lets them only where they fit); from
 /// `barriers`, TMA loops' `mbarrier`s, stacked alike; from `once_barriers`, one `mbarrier` for
 /// each top-level load TMA copies; the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
+    pub reduction: u32,
     pub staged: u32,
     pub barriers: u32,
     pub once_barriers: u32,
@@ -128,6 +130,13 @@ impl SharedPlan {
             .chain(layouts.tma_once_loads().map(|l| l.value))
             .map(|value| aligned_tile_bytes(kernel, layouts, value))
             .sum();
+        let reduction = staged;
+        let staged = staged
+            + layouts
+                .tma_reductions()
+                .map(|r| aligned_tile_bytes(kernel, layouts, r.value))
+                .max()
+                .unwrap_or(0);
         let buffers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_buffer_bytes(kernel, layouts, p)
         });
@@ -141,6 +150,7 @@ impl SharedPlan {
             (staged + buffers + barriers + once).next_multiple_of(SCRATCH_ALIGN)
         };
         SharedPlan {
+            reduction,
             staged,
             barriers: staged + buffers,
             once_barriers: staged + buffers + barriers,

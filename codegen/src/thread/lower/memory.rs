@@ -374,6 +374,10 @@ impl Lowering<'_> {
     /// warpgroup does so for its own rows, meeting only its warps (on a named barrier after
     /// the turns' ones). The issuing lanes wait for the copies to have read shared memory at
     /// the program's end ([`Op::BulkWaitRead`]).
+    ///
+    /// A reduction (an `atomic_add` by TMA) goes through the tile reductions share, in loops
+    /// too: before writing it, the issuing lanes wait for the last reduction's reads and meet
+    /// the threads that write their rows.
     pub(super) fn store_block_by_tma(
         &mut self,
         inst: &TileInst,
@@ -387,42 +391,43 @@ impl Lowering<'_> {
         let map = self
             .value_map(inst, store.value)?
             .ok_or_else(|| unsupported(inst, "expected a tile to store by TMA"))?;
-        let start = self.next_buffer + self.tma_store_bytes;
-        self.tma_store_bytes += aligned_tile_bytes(self.kernel, self.layouts, store.value);
+        let start = if store.reduce {
+            self.reduction_tile
+        } else {
+            let start = self.next_buffer + self.tma_store_bytes;
+            self.tma_store_bytes += aligned_tile_bytes(self.kernel, self.layouts, store.value);
+            start
+        };
+        self.bulk_stores = true;
         let tile = SharedTile {
             base: SharedBase::Fixed(start),
             layout: store.shared.swizzled([rows, cols]),
             elem: memory_type(self.dtype(store.value)),
         };
-        // The TMA loops before it ended at a barrier; anything staged since may still be read.
-        if self.pending.reads || self.pending.writes {
+        let band_rows = rows / store.bands;
+        if store.reduce {
+            // The last reduction may still read the tile (every thread waits: only the issuing
+            // lanes have bulk groups).
+            self.emit_effect(Op::BulkWaitRead);
+            self.band_barrier(store.bands);
+        } else if self.pending.reads || self.pending.writes {
+            // The TMA loops before it ended at a barrier; anything staged since may still be
+            // read.
             self.barrier();
         }
         self.write_tile(&map, &regs, &tile, Addressing::Shared);
-        let band_rows = rows / store.bands;
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
         // writes are fenced and met (the whole block's where one band is all rows).
-        let (band, warps) = if store.bands == 1 {
-            self.barrier();
-            let warp_size = self.i32_const(THREADS_PER_WARP as i64);
-            (None, self.icmp(IntCmp::Ult, self.tid, warp_size))
-        } else {
-            let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
-            let warpgroup = self.int(IntOp::LShr, self.tid, shift);
-            let free = self.i32_const(FIRST_TURN + store.bands as i64);
-            let id = self.int(IntOp::Add, warpgroup, free);
-            self.emit_effect(Op::FenceProxyAsync);
-            self.emit_effect(Op::NamedBarrier {
-                id,
-                threads: WARPGROUP_THREADS,
-                wait: true,
-                pred: None,
-            });
-            let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
-            let in_group = self.int(IntOp::And, self.tid, mask);
-            let warp_size = self.i32_const(THREADS_PER_WARP as i64);
-            (Some(warpgroup), self.icmp(IntCmp::Ult, in_group, warp_size))
+        let band = self.band_barrier(store.bands);
+        let in_group = match band {
+            None => self.tid,
+            Some(_) => {
+                let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
+                self.int(IntOp::And, self.tid, mask)
+            }
         };
+        let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+        let warps = self.icmp(IntCmp::Ult, in_group, warp_size);
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let first_row = band.map(|warpgroup| {
             let rows = self.i32_const(band_rows as i64);
@@ -459,9 +464,33 @@ impl Lowering<'_> {
                 map: store.map,
                 coords,
                 warps,
+                add: store.reduce,
             });
         }
         Ok(())
+    }
+
+    /// Where a tile goes through shared memory in `bands` bands of rows: with one band, a
+    /// barrier of the block; with more, each warpgroup meets its own warps on a named barrier
+    /// after the turns' ones and gets its index (the band it holds). Both fence the async
+    /// proxy first.
+    fn band_barrier(&mut self, bands: usize) -> Option<Reg> {
+        if bands == 1 {
+            self.barrier();
+            return None;
+        }
+        let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
+        let warpgroup = self.int(IntOp::LShr, self.tid, shift);
+        let free = self.i32_const(FIRST_TURN + bands as i64);
+        let id = self.int(IntOp::Add, warpgroup, free);
+        self.emit_effect(Op::FenceProxyAsync);
+        self.emit_effect(Op::NamedBarrier {
+            id,
+            threads: WARPGROUP_THREADS,
+            wait: true,
+            pred: None,
+        });
+        Some(warpgroup)
     }
 
     /// The TMA copies of the 2-D tile `value` at `block` through tensor map `map` (whose

@@ -83,6 +83,8 @@ pub fn lower(
         once_barriers: plan.once_barriers,
         once_loads: Vec::new(),
         tma_store_bytes: 0,
+        reduction_tile: plan.reduction,
+        bulk_stores: false,
         shared_tiles: HashMap::new(),
         buffered: HashMap::new(),
         pending: dot::Pending::default(),
@@ -118,7 +120,7 @@ pub fn lower(
     } else {
         lowering.region(&kernel.body)?;
     }
-    if lowering.tma_store_bytes > 0 {
+    if lowering.bulk_stores {
         // The lanes that issued TMA stores keep the block until the copies have read their tiles.
         lowering.emit_effect(Op::BulkWaitRead);
     }
@@ -191,6 +193,10 @@ pub(super) struct Lowering<'a> {
     next_barrier: u32,
     /// The bytes TMA stores have taken from `next_buffer` on.
     tma_store_bytes: u32,
+    /// Where the tile TMA reductions share starts.
+    reduction_tile: u32,
+    /// Whether the program issued TMA stores or reductions: it waits for their reads at its end.
+    bulk_stores: bool,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
     /// The buffer of this iteration (a shared pointer) of each pipelined load read into
@@ -720,7 +726,10 @@ impl Lowering<'_> {
                 value,
                 boundary_check,
             } => {
-                self.store_block(inst, *ptr, *value, boundary_check, true)?;
+                match self.layouts.tma_store_at(self.current_inst) {
+                    Some(reduction) => self.store_block_by_tma(inst, *ptr, reduction)?,
+                    None => self.store_block(inst, *ptr, *value, boundary_check, true)?,
+                }
                 Ok(Vec::new())
             }
             TileOp::For {
