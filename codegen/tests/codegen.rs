@@ -1188,59 +1188,87 @@ fn the_emulator_finds_tma_stores_misused() {
 }
 
 /// The fused backward's dK/dV adds each query tile's dQ by TMA (`cp.reduce.async.bulk.tensor`)
-/// on sm_90a, from the tile its reductions share, instead of with per-thread atomics; it agrees
-/// with the interpreter where its query loop goes round (40 x 555), and a reduction that does not
+/// on sm_90a, from the tile its reductions share, instead of with per-thread atomics:
+/// query-major in one warpgroup (64 x 64 at D128) by one lane of the block, a slab at a time;
+/// key-major in two warpgroups (64 x 128, the table's), dQ transposed (`dQ^T = K^T dS^T`)
+/// through a transposed view of the accumulator, each warpgroup its own slabs. Both agree with the interpreter where the query
+/// loop goes round (40 x 555, two query heads a key/value head), and a reduction that does not
 /// wait for the last one's reads before its tile is written again is an error in the emulator.
 #[test]
 fn the_fused_backward_adds_dq_by_tma() {
     use kiln_codegen::thread::Op;
-    let case = cases::cases()
-        .into_iter()
-        .find(|c| {
-            accumulates_dq(c)
-                && c.target == Target::Sm90a
-                && head_dim(c) == 128
-                && c.kernel.spec.get("CAUSAL") == Some(kiln_dsl::SpecValue::Bool(false))
-        })
-        .expect("the fused dK/dV at head dim 128");
-    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    let (mut reductions, mut atomics) = (0, 0);
-    let mut body = program.body.clone();
-    for_each_block(&mut body, &mut |inner| {
-        edit_ops(inner, &mut |op| {
-            reductions += usize::from(matches!(op, Op::TmaStore { add: true, .. }));
-        })
-    });
-    edit_ops(&mut body, &mut |op| {
-        atomics += usize::from(matches!(op, Op::AtomicAdd { .. }));
-    });
-    assert_eq!(
-        (reductions, atomics),
-        (HEAD_DIM_128_SLABS, 0),
-        "dQ's 64 x 128 f32 tile by TMA in its loop, one reduction a 32-column slab, no atomics"
-    );
-    let run = cases::runs(&case)
-        .into_iter()
-        .find(|r| r.label.contains("555"))
-        .expect("the 40 x 555 run");
-    let outcome = emulate_run(&case, &run);
-    assert_eq!(outcome.mismatches, 0, "{:?}", outcome.first);
-    let [x, y, z] = run.grid;
-    let mut unwaited = program.clone();
-    for_each_block(&mut unwaited.body, &mut |inner| {
-        drop_insts(inner, &|op| matches!(op, Op::BulkWaitRead))
-    });
-    assert_ne!(
-        unwaited, program,
-        "a wait for the last reduction's reads in the loop"
-    );
-    let err =
-        emulate::run(&unwaited, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
-    assert!(err.to_string().contains("may still read it"), "{err}");
+    let p = AttentionParams {
+        fused_backward: true,
+        ..table_params(BF16, 128, false)
+    };
+    let one_warpgroup = KernelConfig::new(64, 64, 4, 2).on_wgmma();
+    let two_warpgroups = KernelConfig::new(64, 128, 8, 2).on_wgmma();
+    // (config, reductions issued in the loop: 4 slabs by one lane, or 2 by each warpgroup's)
+    for (config, slabs) in [(one_warpgroup, 4), (two_warpgroups, 2)] {
+        let case = fused_case(&p, config);
+        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        let (mut reductions, mut atomics) = (0, 0);
+        let mut body = program.body.clone();
+        for_each_block(&mut body, &mut |inner| {
+            edit_ops(inner, &mut |op| {
+                reductions += usize::from(matches!(op, Op::TmaStore { add: true, .. }));
+            })
+        });
+        edit_ops(&mut body, &mut |op| {
+            atomics += usize::from(matches!(op, Op::AtomicAdd { .. }));
+        });
+        assert_eq!(
+            (reductions, atomics),
+            (slabs, 0),
+            "{config}: dQ's 64 x 128 f32 tile by TMA in its loop, 32-column slabs, no atomics"
+        );
+        for run in cases::runs(&case) {
+            let outcome = emulate_run(&case, &run);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "{config} {}: {:?}",
+                run.label, outcome.first
+            );
+        }
+        let run = cases::runs(&case)
+            .into_iter()
+            .find(|r| r.label.contains("555"))
+            .expect("the 40 x 555 run");
+        let [x, y, z] = run.grid;
+        let mut unwaited = program.clone();
+        for_each_block(&mut unwaited.body, &mut |inner| {
+            drop_insts(inner, &|op| matches!(op, Op::BulkWaitRead))
+        });
+        assert_ne!(unwaited, program, "a wait for the last reduction's reads");
+        let err =
+            emulate::run(&unwaited, Grid::new(x, y, z), &run.host_args(&run.buffers)).unwrap_err();
+        assert!(
+            err.to_string().contains("may still read it"),
+            "{config}: {err}"
+        );
+    }
 }
 
-/// The 32-column slabs of a 128-column f32 tile (128-byte swizzle spans).
-const HEAD_DIM_128_SLABS: usize = 4;
+/// The fused backward's dK/dV for `p` at `config` on sm_90a.
+fn fused_case(p: &AttentionParams, config: KernelConfig) -> cases::Case {
+    let kernel = AttentionKernel::DkDv;
+    cases::Case {
+        name: format!(
+            "{}_{config}",
+            plan::specialisation_name(kernel, p, Target::Sm90a)
+        ),
+        kernel: kernel
+            .build(&p.spec(kernel, config))
+            .expect("an attention kernel builds"),
+        divisibility: prebuilt::divisibility(kernel),
+        num_warps: config.num_warps,
+        num_stages: config.num_stages,
+        target: Target::Sm90a,
+        wgmma: config.wgmma,
+        producer: config.producer,
+        tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
+    }
+}
 
 /// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
 /// without the arrivals the copier waits forever, and without its wait the copy races the

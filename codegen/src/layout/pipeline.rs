@@ -203,7 +203,7 @@ pub(super) fn apply(
         if assignment.uses_wgmma() && !loads.is_empty() {
             let view = |l: &PipelinedLoad| {
                 let view = (l.param, l.value, l.shared.as_ref());
-                tma_view(kernel, divisibility, &definitions, &carriers, view)
+                tma_view(kernel, divisibility, &definitions, &carriers, view, false)
             };
             let views: Option<Vec<_>> = loads.iter().map(view).collect();
             if let Some(views) = views {
@@ -274,7 +274,8 @@ pub(super) fn once_loads(
             continue;
         };
         let view = (*ptr, value, Some(&shared));
-        if let Some((spec, leading)) = tma_view(kernel, divisibility, &definitions, &carriers, view)
+        if let Some((spec, leading)) =
+            tma_view(kernel, divisibility, &definitions, &carriers, view, false)
         {
             let map = assignment.tensor_map(spec);
             let tma = TmaLoad { map, leading };
@@ -363,13 +364,15 @@ fn block_origin<'k>(
 
 /// The tensor map TMA can move the tile `value` through, between the block pointer `ptr` and a
 /// shared tile of layout `shared` (`None`: a plain row-major tile), and the offsets indexing its
-/// array's leading dimensions, if it can (see the module doc).
+/// array's leading dimensions, if it can (see the module doc). Only a store (`may_transpose`)
+/// goes through a transposed view.
 pub(super) fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,
     definitions: &[Option<&Inst>],
     carriers: &Carriers<'_>,
     (ptr, value, shared): (Value, Value, Option<&SharedLayout>),
+    may_transpose: bool,
 ) -> Option<(TensorMapSpec, Vec<Value>)> {
     // Reached through values the loop sees, the `make_block_ptr` is in a region around the
     // loop: its leading offsets are in scope there.
@@ -400,11 +403,32 @@ pub(super) fn tma_view(
     };
     let shape: Option<Vec<_>> = shape.iter().map(|&v| scalar(v)).collect();
     let map_strides: Option<Vec<_>> = strides.iter().map(|&v| scalar(v)).collect();
-    let (shape, map_strides) = (shape?, map_strides?);
-    // Row-major tiles only: the block's dimensions from the last (contiguous) one down.
+    let (mut shape, mut map_strides) = (shape?, map_strides?);
+    let mut strides = strides.clone();
+    // Row-major tiles: the block's dimensions from the last (contiguous) one down; or, into a
+    // shared tile whose first dimension is contiguous, a 2-D block of order [0, 1] over an
+    // array whose second-to-last dimension is (a transposed view): TMA sees the array with
+    // its last two dimensions swapped, and the shared tile as its storage rows.
     let tile_shape = kernel.ty(value).shape();
-    let row_major = order.iter().rev().copied().eq(0..tile_shape.len());
-    if !row_major || map_strides.last() != Some(&MapScalar::Const(1)) {
+    let transposed = shared.is_some_and(|s| s.order == [0, 1]);
+    if transposed && !may_transpose {
+        return None;
+    }
+    let expected: Vec<usize> = if transposed {
+        vec![0, 1]
+    } else {
+        (0..tile_shape.len()).rev().collect()
+    };
+    if *order != expected {
+        return None;
+    }
+    if transposed {
+        let last = shape.len().checked_sub(1).filter(|&l| l >= 1)?;
+        shape.swap(last - 1, last);
+        map_strides.swap(last - 1, last);
+        strides.swap(last - 1, last);
+    }
+    if map_strides.last() != Some(&MapScalar::Const(1)) {
         return None;
     }
     // What TMA asks of the array, proved from what launches guarantee (and check): a 16-byte
@@ -421,10 +445,10 @@ pub(super) fn tma_view(
     }
     let (box_tile, swizzle_bytes) = match shared {
         Some(shared) => {
-            let [rows, cols] = <[usize; 2]>::try_from(tile_shape).ok()?;
-            let tile = shared.swizzled([rows, cols]);
+            let tile = shared.swizzled(<[usize; 2]>::try_from(tile_shape).ok()?);
             let swizzle_bytes = tile.wgmma_swizzle_bytes(elem_bytes)?;
-            if tile.order != [1, 0] || rows > MAX_BOX {
+            let rows = tile.rows();
+            if rows > MAX_BOX {
                 return None;
             }
             (vec![rows, swizzle_bytes / elem_bytes], swizzle_bytes)

@@ -53,6 +53,14 @@ pub struct TmaStore {
     pub reduce: bool,
 }
 
+impl TmaStore {
+    /// Whether the block pointer is a transposed view of its array (order [0, 1]): the shared
+    /// tile's storage rows are the value's columns, and a band is whole slabs.
+    pub fn transposed(&self) -> bool {
+        self.shared.order == [0, 1]
+    }
+}
+
 /// Finds the kernel's TMA stores and reductions and records them in `assignment`, after its
 /// pipelined loops.
 pub(super) fn apply(
@@ -180,13 +188,15 @@ fn reductions(
     let bands: BTreeSet<usize> = reductions.values().map(|r: &TmaStore| r.bands).collect();
     if bands.len() > 1 {
         for reduction in reductions.values_mut() {
-            let spec = &mut assignment.tensor_maps[reduction.map];
-            let lead = spec.box_shape.len() - 2;
-            let rows = kernel.ty(reduction.value).shape()[0] as u32;
-            let mut whole = spec.clone();
-            whole.box_shape[lead] = rows;
-            reduction.map = assignment.tensor_map(whole);
             reduction.bands = 1;
+            // A band of slabs copies by the same box; one of rows copies a band's rows.
+            if reduction.transposed() {
+                continue;
+            }
+            let mut whole = assignment.tensor_maps[reduction.map].clone();
+            let lead = whole.box_shape.len() - 2;
+            whole.box_shape[lead] = kernel.ty(reduction.value).shape()[0] as u32;
+            reduction.map = assignment.tensor_map(whole);
         }
     }
     reductions
@@ -194,7 +204,9 @@ fn reductions(
 
 /// How `value`, a 2-D tile of 16-bit elements (f32 for a reduction) stored at `ptr`, goes out
 /// through a swizzled shared tile by TMA, if it can: the tile's layout, the tensor map (its box
-/// one band of rows) and the bands.
+/// one band of rows) and the bands. A block pointer of order [0, 1] (a transposed view of its
+/// array) stores through a tile whose first dimension is contiguous: the tile's storage rows
+/// are its columns, and a band is then whole slabs.
 fn through_shared(
     kernel: &Kernel,
     divisibility: &Divisibility,
@@ -209,13 +221,23 @@ fn through_shared(
     if elem_bytes != if reduce { 4 } else { 2 } {
         return None;
     }
-    let tile = SwizzledShared::for_wgmma_operand(elem_bytes, shape, [1, 0])?;
-    let shared = SharedLayout::from_swizzled(&tile);
-    let view = (ptr, value, Some(&shared));
-    let (mut spec, leading) = tma_view(kernel, divisibility, definitions, carriers, view)?;
-    let bands = row_bands(assignment, value, shape);
-    let lead = spec.box_shape.len() - 2;
-    spec.box_shape[lead] = (shape[0] / bands) as u32;
+    let (shared, (mut spec, leading)) = [[1, 0], [0, 1]].into_iter().find_map(|order| {
+        let tile = SwizzledShared::for_wgmma_operand(elem_bytes, shape, order)?;
+        let shared = SharedLayout::from_swizzled(&tile);
+        let view = (ptr, value, Some(&shared));
+        let found = tma_view(kernel, divisibility, definitions, carriers, view, true)?;
+        Some((shared, found))
+    })?;
+    let transposed = shared.order == [0, 1];
+    let band_multiple = match shared.slab {
+        Some(slab) if transposed => slab as usize,
+        _ => 8,
+    };
+    let bands = row_bands(assignment, value, shape, band_multiple);
+    if !transposed {
+        let lead = spec.box_shape.len() - 2;
+        spec.box_shape[lead] = (shape[0] / bands) as u32;
+    }
     let map = assignment.tensor_map(spec);
     Some(TmaStore {
         value,
@@ -234,12 +256,18 @@ fn tile_bytes(kernel: &Kernel, value: Value) -> usize {
 }
 
 /// The warpgroups of the program where each holds only rows `[w R, (w + 1) R)` of `value`, a
-/// tile of `shape` (`R`, its rows over the warpgroups, a whole number of 8-row swizzle
-/// periods); 1 where they do not, or the program has one warpgroup.
-fn row_bands(assignment: &LayoutAssignment, value: Value, shape: [usize; 2]) -> usize {
+/// tile of `shape` (`R`, its rows over the warpgroups, a multiple of `multiple`: 8-row
+/// swizzle periods, or whole slabs where its rows are the shared tile's columns); 1 where they
+/// do not, or the program has one warpgroup.
+fn row_bands(
+    assignment: &LayoutAssignment,
+    value: Value,
+    shape: [usize; 2],
+    multiple: usize,
+) -> usize {
     let groups = (assignment.num_warps / WARPS_PER_WARPGROUP) as usize;
     let rows = shape[0] / groups.max(1);
-    if groups < 2 || !shape[0].is_multiple_of(groups) || !rows.is_multiple_of(8) {
+    if groups < 2 || !shape[0].is_multiple_of(groups) || !rows.is_multiple_of(multiple) {
         return 1;
     }
     let Some(map) = assignment

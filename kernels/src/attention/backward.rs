@@ -464,18 +464,6 @@ pub fn attention_bwd_dkdv<
             head,
             begin_m,
         );
-        // Described whole: on sm_90a each query tile's dQ is added by TMA, from shared memory.
-        let dq_accum_rows = head_rows::<f32, HEAD_DIM, BLOCK_M>(
-            dq_accum,
-            batches,
-            heads_q,
-            seqlen_q,
-            dq_accum_batch_stride,
-            dq_accum_head_stride,
-            HEAD_DIM as i64,
-            batch,
-            head,
-        );
         let mut q_block = advance(q_rows, [begin_m, 0]);
         let mut do_block = advance(do_rows, [begin_m, 0]);
         for start_m in (begin_m..seqlen_q).step_by(BLOCK_M) {
@@ -522,7 +510,19 @@ pub fn attention_bwd_dkdv<
                 let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
                 dk_acc = dot(trans(ds), q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    let accum = advance(dq_accum_rows, [start_m, 0]);
+                    // Described whole: on `wgmma` the tile is added by TMA, from shared memory.
+                    let accum = head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
+                        dq_accum,
+                        batches,
+                        heads_q,
+                        seqlen_q,
+                        dq_accum_batch_stride,
+                        dq_accum_head_stride,
+                        HEAD_DIM as i64,
+                        batch,
+                        head,
+                        start_m,
+                    );
                     atomic_add(accum, dot(ds, k_tile), [0]);
                 }
             } else {
@@ -555,8 +555,23 @@ pub fn attention_bwd_dkdv<
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
                 dk_acc = dot(ds_t, q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    let accum = advance(dq_accum_rows, [start_m, 0]);
-                    atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
+                    // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
+                    // warpgroups share however few the query rows (FlashAttention-3's form),
+                    // added through a transposed view of the accumulator.
+                    let accum = make_block_ptr(
+                        dq_accum,
+                        [batches, heads_q, HEAD_DIM as i32, seqlen_q],
+                        [
+                            dq_accum_batch_stride,
+                            dq_accum_head_stride,
+                            1,
+                            HEAD_DIM as i64,
+                        ],
+                        [batch, head, 0, start_m],
+                        [HEAD_DIM, BLOCK_M],
+                        [0, 1],
+                    );
+                    atomic_add(accum, dot(trans(k_tile), ds_t), [1]);
                 }
             }
             q_block = advance(q_block, [BLOCK_M, 0]);

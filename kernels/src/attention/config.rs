@@ -51,9 +51,9 @@
 //!
 //! The fused backward runs a preprocessing kernel (the row statistics, and the dQ accumulator
 //! zeroed) and a dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one
-//! also holds a dQ tile and adds it with atomics: on sm_90a 128 x 128, 8, 2, wgmma at head dims
-//! 32 and 64, and 64 x 64, 4, 2, wgmma at 128 (`kiln tune --backward fused`, H100, 2026-11-25);
-//! elsewhere the split dK/dV's entry, untuned.
+//! also holds a dQ tile and adds it: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64
+//! (`kiln tune --backward fused`, H100, 2026-11-25), and 64 x 128, 8, 2, wgmma at 128 (key-major,
+//! H200, twelfth session); elsewhere the split dK/dV's entry, untuned.
 
 use kiln_dsl::Target;
 
@@ -369,7 +369,10 @@ pub fn config(
         // `kiln tune --backward fused --kernels attention_bwd_dkdv` on an H100, bf16, seqlen
         // 4096 (docs/PERF.md, 2026-11-25).
         (true, Target::Sm90a, 32 | 64) => c(128, 128, 8, 2).on_wgmma(),
-        (true, Target::Sm90a, 128) => c(64, 64, 4, 2).on_wgmma(),
+        // Key-major in two warpgroups, dQ transposed (FlashAttention-3's shape): 1.42x the
+        // 64 x 64 blocks of one warpgroup, causal 1.24x (`kiln tune`, H200, seqlen 4096,
+        // docs/PERF.md, twelfth session).
+        (true, Target::Sm90a, 128) => c(64, 128, 8, 2).on_wgmma(),
         // Not tuned for the fused backward: the split one's.
         _ => dkdv,
     };

@@ -302,12 +302,14 @@ pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, b
 }
 
 /// Whether dK/dV computes key-major (`S^T = K Q^T`, every product's A operand from registers):
-/// the split backward on `wgmma`, 1.05-1.21x the query-major form there (run 101); the fused one
-/// wants dS query-major for dQ's `dS K` (key-major 0.79-0.98x, run 103), and on `mma.sync`,
-/// whose operands are all registers, key-major cost D64's dK/dV 14-26% (run 110; docs/PERF.md,
-/// 2026-11-26, tenth session).
+/// the split backward on `wgmma`, 1.05-1.21x the query-major form there (run 101). The fused
+/// one wants dS query-major for dQ's `dS K` (key-major 0.79-0.98x, run 103) where its query
+/// tile feeds every warpgroup; where it is too short for them (64 rows, two warpgroups) it goes
+/// key-major and computes dQ transposed (`dQ^T = K^T dS^T`, whose rows the warpgroups share;
+/// twelfth session). On `mma.sync`, whose operands are all registers, key-major cost D64's
+/// dK/dV 14-26% (run 110; docs/PERF.md, 2026-11-26, tenth session).
 pub fn dkdv_key_major(fused_backward: bool, config: KernelConfig) -> bool {
-    config.wgmma && !fused_backward
+    config.wgmma && (!fused_backward || config.block_m < 16 * config.num_warps as usize)
 }
 
 /// Strides, in elements, of a `[batch, seqlen, heads, head_dim]` tensor whose head_dim is contiguous.

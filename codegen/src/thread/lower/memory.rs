@@ -404,7 +404,6 @@ impl Lowering<'_> {
             layout: store.shared.swizzled([rows, cols]),
             elem: memory_type(self.dtype(store.value)),
         };
-        let band_rows = rows / store.bands;
         if store.reduce {
             // The last reduction may still read the tile (every thread waits: only the issuing
             // lanes have bulk groups).
@@ -418,8 +417,8 @@ impl Lowering<'_> {
         self.write_tile(&map, &regs, &tile, Addressing::Shared);
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
         // writes are fenced and met (the whole block's where one band is all rows).
-        let band = self.band_barrier(store.bands);
-        let in_group = match band {
+        let warpgroup = self.band_barrier(store.bands);
+        let in_group = match warpgroup {
             None => self.tid,
             Some(_) => {
                 let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
@@ -428,21 +427,55 @@ impl Lowering<'_> {
         };
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let warps = self.icmp(IntCmp::Ult, in_group, warp_size);
-        let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let first_row = band.map(|warpgroup| {
-            let rows = self.i32_const(band_rows as i64);
-            self.int(IntOp::Mul, warpgroup, rows)
-        });
-        let (slab, slabs) =
-            self.tma_slabs(&block, &store.leading, store.map, store.value, first_row)?;
-        // A band's rows of a slab are contiguous: a slab holds every row, a row one span.
+        // The shared tile's storage rows and row length: the value's columns and rows where it
+        // is stored transposed.
+        let transposed = store.transposed();
+        let (storage_rows, row_len) = if transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
+        let slab = self.slab_elems(store.map, row_len);
         let elem_bytes = tile.elem.bytes() as usize;
-        let band_start = band.map(|warpgroup| {
-            let bytes = self.i32_const((band_rows * slab * elem_bytes) as i64);
-            self.int(IntOp::Mul, warpgroup, bytes)
-        });
-        let slab_bytes = rows * slab * elem_bytes;
-        for (s, coords) in slabs.into_iter().enumerate() {
+        let slab_bytes = storage_rows * slab * elem_bytes;
+        // A warpgroup's band: its rows of every slab, contiguous in each (a slab holds every
+        // row, a row one span); or, stored transposed, whole slabs one after the other.
+        let slabs = row_len / slab;
+        let (count, band_bytes, first_row, first_slab) = match warpgroup {
+            None => (slabs, 0, None, None),
+            Some(w) if transposed => {
+                let count = slabs / store.bands;
+                (
+                    count,
+                    count * slab_bytes,
+                    None,
+                    Some(self.mul_const(w, count)),
+                )
+            }
+            Some(w) => {
+                let band_rows = rows / store.bands;
+                let band_bytes = band_rows * slab * elem_bytes;
+                (slabs, band_bytes, Some(self.mul_const(w, band_rows)), None)
+            }
+        };
+        let band_start = warpgroup.map(|w| self.mul_const(w, band_bytes));
+        let block = BlockRegs::from_regs(&self.regs(ptr)?);
+        let [row_at, col_at] = if transposed {
+            [block.offsets[1], block.offsets[0]]
+        } else {
+            [block.offsets[0], block.offsets[1]]
+        };
+        let mut row = self.tma_coord(row_at);
+        if let Some(first) = first_row {
+            row = self.int(IntOp::Add, row, first);
+        }
+        let mut col = self.tma_coord(col_at);
+        if let Some(first) = first_slab {
+            let first_col = self.mul_const(first, slab);
+            col = self.int(IntOp::Add, col, first_col);
+        }
+        let lead = self.leading_coords(&store.leading)?;
+        for s in 0..count {
             let mut src = self.emit(
                 Op::SharedAddress {
                     offset: start + (s * slab_bytes) as u32,
@@ -459,6 +492,9 @@ impl Lowering<'_> {
                     Type::Ptr(Space::Shared),
                 );
             }
+            let slab_col = self.i32_const((s * slab) as i64);
+            let mut coords = vec![self.int(IntOp::Add, col, slab_col), row];
+            coords.extend(&lead);
             self.emit_effect(Op::TmaStore {
                 src,
                 map: store.map,
@@ -468,6 +504,12 @@ impl Lowering<'_> {
             });
         }
         Ok(())
+    }
+
+    /// `r * n`, in `r`'s type.
+    fn mul_const(&mut self, r: Reg, n: usize) -> Reg {
+        let n = self.i32_const(n as i64);
+        self.int(IntOp::Mul, r, n)
     }
 
     /// Where a tile goes through shared memory in `bands` bands of rows: with one band, a
@@ -493,29 +535,31 @@ impl Lowering<'_> {
         Some(warpgroup)
     }
 
+    /// The elements of one TMA copy's rows through tensor map `map` (the box's last dimension,
+    /// one swizzle span), or `row_len` where the map has no box.
+    fn slab_elems(&self, map: usize, row_len: usize) -> usize {
+        self.layouts.tensor_maps[map]
+            .box_shape
+            .last()
+            .map_or(row_len, |&elems| elems as usize)
+    }
+
     /// The TMA copies of the 2-D tile `value` at `block` through tensor map `map` (whose
-    /// `make_block_ptr` offsets `leading` index the array's leading dimensions), `first_row`
-    /// rows further down where given: the elements of one copy's rows (one swizzle span,
-    /// the map's box), and each copy's coordinates, innermost first, slab by slab.
+    /// `make_block_ptr` offsets `leading` index the array's leading dimensions): the elements
+    /// of one copy's rows (one swizzle span, the map's box), and each copy's coordinates,
+    /// innermost first, slab by slab.
     pub(super) fn tma_slabs(
         &mut self,
         block: &BlockRegs,
         leading: &[Value],
         map: usize,
         value: Value,
-        first_row: Option<Reg>,
     ) -> Result<(usize, Vec<Vec<Reg>>)> {
         let cols = self.shape(value)[1];
-        let slab = self.layouts.tensor_maps[map]
-            .box_shape
-            .last()
-            .map_or(cols, |&elems| elems as usize);
-        let mut row = self.tma_coord(block.offsets[0]);
+        let slab = self.slab_elems(map, cols);
+        let row = self.tma_coord(block.offsets[0]);
         let col = self.tma_coord(block.offsets[1]);
         let lead = self.leading_coords(leading)?;
-        if let Some(first_row) = first_row {
-            row = self.int(IntOp::Add, row, first_row);
-        }
         let mut slabs = Vec::new();
         for s in 0..cols / slab {
             let first_col = self.i32_const((s * slab) as i64);

@@ -655,7 +655,7 @@ impl Lowering<'_> {
         }
         let [rows, _] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
-        let (slab, slabs) = self.tma_slabs(block, leading, map, value, None)?;
+        let (slab, slabs) = self.tma_slabs(block, leading, map, value)?;
         let slab_bytes = (rows * slab * self.dtype(value).size_bytes()) as i64;
         for (s, coords) in slabs.into_iter().enumerate() {
             let dst = if s == 0 {
