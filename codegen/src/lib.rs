@@ -88,9 +88,9 @@ pub struct CompileOptions {
     pub wgmma: bool,
     /// Whether a producer warpgroup of its own issues the TMA loops' copies (warp
     /// specialisation, FlashAttention-3's): it runs ahead of the `num_warps` consumer warps,
-    /// as far as the buffers let it, and gives them its registers (`setmaxnreg`). Needs
-    /// `wgmma`, 8 consumer warps and TMA loops at the kernel's top level; adds 4 warps to a
-    /// block ([`thread`]'s lowering, `producer`).
+    /// as far as the buffers let it, and gives them its registers (`setmaxnreg`,
+    /// [`CompileOptions::register_split`]). Needs `wgmma` and two or more consumer
+    /// warpgroups; adds 4 warps to a block ([`thread`]'s lowering, `producer`).
     pub producer: bool,
 }
 
@@ -102,6 +102,34 @@ impl Default for CompileOptions {
 
 /// Most `num_stages` a loop may have: four buffers of a 64 x 128 f16 tile already take 64 KiB.
 const MAX_STAGES: u32 = 4;
+
+/// 32-bit registers an SM has for its blocks, the unit they are allocated in (a thread's
+/// share), the most a thread may have, and the most `setmaxnreg` may ask.
+const REGISTER_FILE: u32 = 65536;
+const REGISTER_UNIT: u32 = 8;
+const MAX_REGISTERS: u32 = 255;
+const MAX_SETMAXNREG: u32 = 256;
+
+/// Registers a thread of the producer warpgroup keeps: its address arithmetic, loops and
+/// copies fit (FlashAttention-3 keeps 24 to 56).
+const PRODUCER_REGISTERS: u32 = 40;
+
+/// The registers each thread of a block of `threads` threads launches with where ptxas may give
+/// it all it can at one block an SM (`.maxntid threads`, `.minnctapersm 1`), as it does for a
+/// kernel that uses `setmaxnreg`.
+pub fn launch_registers(threads: u32) -> u32 {
+    (REGISTER_FILE / threads / REGISTER_UNIT * REGISTER_UNIT).min(MAX_REGISTERS)
+}
+
+/// A warp-specialised block's registers a thread ([`CompileOptions::register_split`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisterSplit {
+    /// What each thread starts with: ptxas's count for the kernel.
+    pub launch: u32,
+    /// What the producer keeps (`setmaxnreg.dec`) and the consumers take (`.inc`).
+    pub producer: u32,
+    pub consumer: u32,
+}
 
 impl CompileOptions {
     /// `num_warps` warps for `target`, no pipelining, nothing known about the arguments, line
@@ -149,6 +177,31 @@ impl CompileOptions {
         (self.num_warps + producer) * layout::THREADS_PER_WARP
     }
 
+    /// With a producer warpgroup, the registers a thread has in each role. A block starts with
+    /// what ptxas gives each thread at one block an SM (`.maxntid`, `.minnctapersm 1`: the
+    /// register file's 64K shared out in units of 8), and `setmaxnreg.inc` takes registers only
+    /// from the block's pool, which holds what `setmaxnreg.dec` gave back: the consumers can
+    /// grow by what the producer releases and no more, or they wait for it forever (a producer
+    /// for four consumer warpgroups asking 24 and 120 of 640 threads' 96 hung on the GPU,
+    /// docs/PERF.md, eleventh session). For two consumer warpgroups: 168, 40 and 232.
+    pub fn register_split(&self) -> Option<RegisterSplit> {
+        if !self.producer {
+            return None;
+        }
+        let threads = self.threads_per_block();
+        let launch = launch_registers(threads);
+        let producer_threads = layout::wgmma::WARPS_PER_WARPGROUP * layout::THREADS_PER_WARP;
+        let consumer_threads = threads - producer_threads;
+        let pool = launch * threads - PRODUCER_REGISTERS * producer_threads;
+        let consumer =
+            (pool / consumer_threads / REGISTER_UNIT * REGISTER_UNIT).min(MAX_SETMAXNREG);
+        Some(RegisterSplit {
+            launch,
+            producer: PRODUCER_REGISTERS,
+            consumer,
+        })
+    }
+
     /// Checks what every stage relies on: a power-of-two number of warps a block can hold, a
     /// pipeline depth from 1 to 4, power-of-two divisors.
     pub fn validate(&self) -> Result<(), CodegenError> {
@@ -168,10 +221,12 @@ impl CompileOptions {
         if self.producer && !self.wgmma {
             return invalid("a producer warpgroup needs wgmma".to_string());
         }
-        // Its register split (`setmaxnreg`) is for two consumer warpgroups.
-        if self.producer && self.num_warps != 2 * layout::wgmma::WARPS_PER_WARPGROUP {
+        // One consumer warpgroup already has the most registers a thread can: the producer's
+        // would go unused.
+        if self.producer && self.num_warps < 2 * layout::wgmma::WARPS_PER_WARPGROUP {
             return invalid(format!(
-                "a producer warpgroup feeds two consumer warpgroups (8 warps), got {} warps",
+                "a producer warpgroup feeds two or more consumer warpgroups (8 warps or more), \
+                 got {} warps",
                 self.num_warps
             ));
         }

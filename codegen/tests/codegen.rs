@@ -1394,11 +1394,66 @@ fn a_producer_warpgroup_is_refused_where_it_cannot_feed() {
     let producer = |m, n, warps| KernelConfig::new(m, n, warps, 2).on_wgmma().with_producer();
     let one = refusal("attention_fwd", producer(64, 64, 4), true);
     assert!(
-        one.contains("two consumer warpgroups (8 warps), got 4"),
+        one.contains("two or more consumer warpgroups (8 warps or more), got 4"),
         "{one}"
     );
     let no_wgmma = refusal("attention_fwd", producer(128, 128, 8), false);
     assert!(no_wgmma.contains("needs wgmma"), "{no_wgmma}");
+}
+
+/// A producer feeds four consumer warpgroups (the D64 forward's long blocks, 256 x 64 of 16
+/// warps): 640 threads launch with 96 registers each (what ptxas gives them, where it runs),
+/// the producer keeps 40 and the consumers take what it gives back, 104, not more. The emulator
+/// agrees with the interpreter on it, and finds the split that hung on the GPU (consumers
+/// asking 120, docs/PERF.md, eleventh session) a deadlock on the block's register pool.
+#[test]
+fn a_producer_warpgroup_gives_four_consumer_warpgroups_only_what_it_has() {
+    use kiln_codegen::thread::Op;
+    let config = KernelConfig::new(256, 64, 16, 2).on_wgmma().with_producer();
+    let case = attention_case_at("attention_fwd", BF16, 64, false, Target::Sm90a, config);
+    let options = case_options(&case, Target::Sm90a);
+    let split = options.register_split().expect("a producer");
+    assert_eq!(
+        (split.launch, split.producer, split.consumer),
+        (96, 40, 104)
+    );
+    let eight = CompileOptions::new(Target::Sm90a, 8)
+        .with_wgmma(true)
+        .with_producer(true);
+    let split = eight.register_split().expect("a producer");
+    assert_eq!(
+        (split.launch, split.producer, split.consumer),
+        (168, 40, 232)
+    );
+    let program = thread_program(&case.kernel, &options).unwrap();
+    for run in cases::runs(&case) {
+        let outcome = emulate_run(&case, &run);
+        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+    }
+    let run = cases::runs(&case).swap_remove(0);
+    let [x, y, z] = run.grid;
+    let mut greedy = program.clone();
+    edit_ops(&mut greedy.body, &mut |op| {
+        if let Op::SetMaxNreg {
+            increase: true,
+            regs,
+        } = op
+        {
+            *regs = 120;
+        }
+    });
+    let err = emulate::run(&greedy, Grid::new(x, y, z), &run.host_args(&run.buffers))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("deadlock") && err.contains("setmaxnreg.inc 120"),
+        "{err}"
+    );
+    if let Some(ptxas) = ptxas() {
+        let compiled = compile(&case.kernel, &options).unwrap();
+        let report = assemble(&ptxas, compiled.ptx(), "producer_w16", "sm_90a").unwrap();
+        assert_eq!(registers(&report), 96, "{report}");
+    }
 }
 
 /// The two warpgroups of the GEMM take turns issuing their `wgmma`s on named barriers; the
@@ -2768,7 +2823,8 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
 /// ptxas assembles, for sm_80 and sm_90a, the PTX of every GPU case, of every op the lowering
 /// knows, and of every attention specialisation kiln ships (the forward and both backwards'
 /// kernels; f16 and bf16; head dims 32 to 256; causal or not) as the config table compiles it.
-/// It fails on any error, and on any spill or stack frame beyond the kernel's budget: none for
+/// It fails on any error, on a warp-specialised kernel whose registers are not what its
+/// `setmaxnreg` split assumes, and on any spill or stack frame beyond the kernel's budget: none for
 /// the GPU cases and the ops; up to [`TUNED_SPILL_BYTES`] ([`FUSED_SPILL_BYTES`] for the fused
 /// backward's dK/dV) for attention at head dims up to 128, whose tuned configurations spill a few values and
 /// measured faster so (docs/PERF.md); any at head dim 256, printed.
@@ -2820,6 +2876,17 @@ fn ptxas_assembles_every_kernel_within_its_spill_budget() {
                     job.name,
                     registers(&report)
                 );
+                // A producer's split (`setmaxnreg`) assumes what the block launches with.
+                if let Some(split) = job.options.register_split()
+                    && registers(&report) != split.launch
+                {
+                    failures.push(format!(
+                        "{}: ptxas gives {} registers a thread, the producer's split assumes {}",
+                        job.name,
+                        registers(&report),
+                        split.launch
+                    ));
+                }
                 if job.max_spilled.is_some_and(|max| spilled > max) {
                     failures.push(format!(
                         "{} spills or keeps on the stack {spilled} bytes, more than its \

@@ -22,8 +22,8 @@ use crate::reference::Rng;
 /// rows); on sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys
 /// for the split dK/dV, which is key-major there), at 8 warps also with a producer warpgroup
 /// issuing the copies, and for the forward 256 query rows of 16 warps (four
-/// warpgroups taking turns; the backward's accumulators need more registers than 16 warps
-/// leave a thread). The compiler refuses what does not fit (shared memory,
+/// warpgroups taking turns, with a producer or not; the backward's accumulators need more
+/// registers than 16 warps leave a thread). The compiler refuses what does not fit (shared memory,
 /// warps the tile cannot feed); those trials say so.
 pub fn candidates(
     kernel: AttentionKernel,
@@ -65,7 +65,8 @@ pub fn candidates(
     if target == Target::Sm90a && kernel == AttentionKernel::Forward {
         for block_n in [64, 128] {
             for &num_stages in stages {
-                all.push(KernelConfig::new(256, block_n, 16, num_stages).on_wgmma());
+                let config = KernelConfig::new(256, block_n, 16, num_stages).on_wgmma();
+                all.extend([config, config.with_producer()]);
             }
         }
     }

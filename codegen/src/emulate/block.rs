@@ -46,6 +46,8 @@ pub(super) fn run_block(
             mbarriers: Mbarriers::default(),
             log: runs_apart(&program.body).then(|| Log::new(threads.div_ceil(32))),
             progress: 0,
+            registers: vec![crate::launch_registers(program.threads_per_block); threads],
+            register_pool: 0,
         })),
         context: None,
         open_copies: vec![Vec::new(); threads],
@@ -119,6 +121,10 @@ pub(super) struct Common {
     /// Each warp's waits and arrivals, where warps may run apart ([`super::replay`]).
     pub log: Option<Log>,
     pub progress: u64,
+    /// Each thread's registers (`setmaxnreg`), from what the block launches with
+    /// ([`crate::launch_registers`]), and the block's pool of registers given back.
+    pub registers: Vec<u32>,
+    pub register_pool: u64,
 }
 
 /// A lane that issues a TMA copy, and the copy's coordinates (innermost first).
@@ -521,7 +527,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
             }
             Op::FenceMbarrierInit => Ok(()),
             // Registers are not a resource the emulator counts.
-            Op::SetMaxNreg { .. } => Ok(()),
+            Op::SetMaxNreg { increase, regs } => self.set_max_nreg(inst, *increase, *regs),
             Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
                 for t in self.predicated(*pred) {
                     let (at, id) = (self.get(*bar, t), self.id(t));
@@ -932,6 +938,53 @@ impl<'a, 'g> BlockState<'a, 'g> {
                         "deadlock: every warpgroup waits, these on the mbarrier at shared byte \
                          {bar} for its phase of parity {parity}, which nothing left completes"
                     );
+                    return Err(self.error(inst, None, message));
+                }
+            }
+        }
+    }
+
+    /// `setmaxnreg` by every thread here (whole warpgroups): `.dec` gives registers back to the
+    /// block's pool; `.inc` takes them from it, waiting (as the GPU does) until it has enough,
+    /// which where nothing else will give any back is a deadlock.
+    fn set_max_nreg(&mut self, inst: &Inst, increase: bool, regs: u32) -> Result<()> {
+        let ids: Vec<usize> = (0..self.threads).map(|t| self.id(t) as usize).collect();
+        loop {
+            let c = self.c();
+            let held: u64 = ids.iter().map(|&i| u64::from(c.registers[i])).sum();
+            let wanted = u64::from(regs) * ids.len() as u64;
+            let fits = if increase {
+                wanted >= held && wanted - held <= c.register_pool
+            } else {
+                wanted <= held
+            };
+            if fits {
+                c.register_pool = c.register_pool + held - wanted;
+                for &i in &ids {
+                    c.registers[i] = regs;
+                }
+                c.progress += 1;
+                return Ok(());
+            }
+            let (way, now) = (if increase { "inc" } else { "dec" }, c.registers[ids[0]]);
+            let pool = c.register_pool;
+            let stuck = format!(
+                "setmaxnreg.{way} {regs} by {} threads holding {now} each: the block's pool has \
+                 {pool} registers",
+                ids.len()
+            );
+            let Some((me, baton)) = self.context.filter(|_| increase && wanted >= held) else {
+                return Err(self.error(inst, None, stuck));
+            };
+            let common = self
+                .common
+                .take()
+                .expect("a running context holds the block's state");
+            match baton.block(me, common) {
+                Ok(common) => self.common = Some(common),
+                Err(common) => {
+                    self.common = Some(common);
+                    let message = format!("deadlock: every warpgroup waits, these on {stuck}");
                     return Err(self.error(inst, None, message));
                 }
             }

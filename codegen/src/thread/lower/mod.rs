@@ -115,8 +115,8 @@ pub fn lower(
         });
     }
     lowering.tid = lowering.emit_prelude(Op::Special(Special::Tid), Type::I32);
-    if options.producer {
-        lowering.split_roles(&kernel.body)?;
+    if let Some(registers) = options.register_split() {
+        lowering.split_roles(&kernel.body, registers)?;
     } else {
         lowering.region(&kernel.body)?;
     }

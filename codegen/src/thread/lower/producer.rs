@@ -5,12 +5,12 @@
 //! ```text
 //! mbarrier.init full(s), 1; mbarrier.init empty(s), consumers (thread 0); fence; bar.sync 0
 //! if tid < 128:                              // the producer warpgroup
-//!     setmaxnreg.dec 40
+//!     setmaxnreg.dec 40                      // CompileOptions::register_split
 //!     if tid < 32: the kernel's address arithmetic and loops, each TMA loop's iteration:
 //!         mbarrier.try_wait.parity empty(slot), phase ^ 1   // the consumers freed the buffer
 //!         mbarrier.arrive.expect_tx full(slot); cp.async.bulk.tensor .. -> buffer slot
 //! else:                                      // the consumers, thread ids from 0
-//!     setmaxnreg.inc 232
+//!     setmaxnreg.inc 232                     // what the producer gave back
 //!     the kernel, each TMA loop's iteration waiting on full(slot) and arriving on empty(slot),
 //!     every block-wide barrier a named one of the consumers
 //! ```
@@ -28,6 +28,7 @@ use super::dot::aligned_tile_bytes;
 use super::pipeline::MBARRIER_BYTES;
 use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
+use crate::RegisterSplit;
 use crate::layout::{THREADS_PER_WARP, nested_regions, walk_insts};
 use crate::thread::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Reg, Type};
 
@@ -42,17 +43,13 @@ pub(super) enum Role {
     Consumer,
 }
 
-/// Registers per thread the producer keeps, and the consumers take (FlashAttention-3's split
-/// for two consumer warpgroups: 40 + 2 x 232 of a thread's 168 x 3).
-const PRODUCER_REGS: u32 = 40;
-const CONSUMER_REGS: u32 = 232;
-
 /// The consumers' named barrier: the last of the 16 (turns and stores take the first).
 const CONSUMER_BARRIER: i64 = 15;
 
 impl Lowering<'_> {
-    /// Lowers `body` twice, as the producer and as the consumers, behind the barriers' setup.
-    pub(super) fn split_roles(&mut self, body: &Region) -> Result<()> {
+    /// Lowers `body` twice, as the producer and as the consumers, behind the barriers' setup,
+    /// each role taking its `registers`.
+    pub(super) fn split_roles(&mut self, body: &Region, registers: RegisterSplit) -> Result<()> {
         let tid = self.tid;
         self.init_ring_barriers(tid)?;
         let start = self.snapshot();
@@ -61,7 +58,7 @@ impl Lowering<'_> {
         self.blocks.push(Vec::new());
         self.emit_effect(Op::SetMaxNreg {
             increase: false,
-            regs: PRODUCER_REGS,
+            regs: registers.producer,
         });
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let first_warp = self.icmp(IntCmp::Ult, tid, warp_size);
@@ -91,7 +88,7 @@ impl Lowering<'_> {
         self.blocks.push(Vec::new());
         self.emit_effect(Op::SetMaxNreg {
             increase: true,
-            regs: CONSUMER_REGS,
+            regs: registers.consumer,
         });
         self.region(body)?;
         let consumers = self.blocks.pop().unwrap_or_default();
