@@ -553,11 +553,17 @@ pub fn attention_bwd_dkdv<
                     dp_t = dot(v_tile, trans(do_tile));
                 }
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
+                // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
+                // warpgroups share however few the query rows (FlashAttention-3's form). Before
+                // dK's product, so that its tile is written out while that one runs.
+                let dq_t = if ACCUMULATE_DQ {
+                    dot(trans(k_tile), ds_t)
+                } else {
+                    zeros([HEAD_DIM, BLOCK_M], f32)
+                };
                 dk_acc = dot(ds_t, q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
-                    // warpgroups share however few the query rows (FlashAttention-3's form),
-                    // added through a transposed view of the accumulator.
+                    // Added through a transposed view of the accumulator.
                     let accum = make_block_ptr(
                         dq_accum,
                         [batches, heads_q, HEAD_DIM as i32, seqlen_q],
@@ -571,7 +577,7 @@ pub fn attention_bwd_dkdv<
                         [HEAD_DIM, BLOCK_M],
                         [0, 1],
                     );
-                    atomic_add(accum, dot(trans(k_tile), ds_t), [1]);
+                    atomic_add(accum, dq_t, [1]);
                 }
             }
             q_block = advance(q_block, [BLOCK_M, 0]);
