@@ -526,8 +526,19 @@ fn attention_case_at(
 ) -> cases::Case {
     let kernel = AttentionKernel::from_name(name).expect("an attention kernel");
     let p = table_params(dtype, head_dim, causal);
+    call_case(&p, kernel, target, config)
+}
+
+/// Attention kernel `kernel` for the call `p` at `config` on `target`, named as the shipped
+/// specialisation.
+fn call_case(
+    p: &AttentionParams,
+    kernel: AttentionKernel,
+    target: Target,
+    config: KernelConfig,
+) -> cases::Case {
     cases::Case {
-        name: plan::specialisation_name(kernel, &p, target),
+        name: plan::specialisation_name(kernel, p, target),
         kernel: kernel
             .build(&p.spec(kernel, config))
             .expect("an attention kernel builds"),
@@ -537,7 +548,7 @@ fn attention_case_at(
         target,
         wgmma: config.wgmma,
         producer: config.producer,
-        tolerance: cases::attention_tolerance(name, dtype),
+        tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
     }
 }
 
@@ -1205,7 +1216,7 @@ fn the_fused_backward_adds_dq_by_tma() {
     let two_warpgroups = KernelConfig::new(64, 128, 8, 2).on_wgmma();
     // (config, reductions issued in the loop: 4 slabs by one lane, or 2 by each warpgroup's)
     for (config, slabs) in [(one_warpgroup, 4), (two_warpgroups, 2)] {
-        let case = fused_case(&p, config);
+        let case = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, config);
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
         let (mut reductions, mut atomics) = (0, 0);
         let mut body = program.body.clone();
@@ -1246,27 +1257,6 @@ fn the_fused_backward_adds_dq_by_tma() {
             err.to_string().contains("may still read it"),
             "{config}: {err}"
         );
-    }
-}
-
-/// The fused backward's dK/dV for `p` at `config` on sm_90a.
-fn fused_case(p: &AttentionParams, config: KernelConfig) -> cases::Case {
-    let kernel = AttentionKernel::DkDv;
-    cases::Case {
-        name: format!(
-            "{}_{config}",
-            plan::specialisation_name(kernel, p, Target::Sm90a)
-        ),
-        kernel: kernel
-            .build(&p.spec(kernel, config))
-            .expect("an attention kernel builds"),
-        divisibility: prebuilt::divisibility(kernel),
-        num_warps: config.num_warps,
-        num_stages: config.num_stages,
-        target: Target::Sm90a,
-        wgmma: config.wgmma,
-        producer: config.producer,
-        tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
     }
 }
 

@@ -926,20 +926,37 @@ impl<'a, 'g> BlockState<'a, 'g> {
             if ready.map_err(|m| self.error(inst, None, m))? {
                 return Ok(());
             }
-            let common = self
-                .common
-                .take()
-                .expect("a running context holds the block's state");
-            match baton.block(me, common) {
-                Ok(common) => self.common = Some(common),
-                Err(common) => {
-                    self.common = Some(common);
-                    let message = format!(
-                        "deadlock: every warpgroup waits, these on the mbarrier at shared byte \
-                         {bar} for its phase of parity {parity}, which nothing left completes"
-                    );
-                    return Err(self.error(inst, None, message));
-                }
+            let waits_on = || {
+                format!(
+                    "the mbarrier at shared byte {bar} for its phase of parity {parity}, which \
+                     nothing left completes"
+                )
+            };
+            self.pass_baton(inst, (me, baton), waits_on)?;
+        }
+    }
+
+    /// Lets another context run while this one waits; where every context waits and none
+    /// moved, the deadlock is an error naming what this one `waits_on`.
+    fn pass_baton(
+        &mut self,
+        inst: &Inst,
+        (me, baton): (usize, &Baton),
+        waits_on: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let common = self
+            .common
+            .take()
+            .expect("a running context holds the block's state");
+        match baton.block(me, common) {
+            Ok(common) => {
+                self.common = Some(common);
+                Ok(())
+            }
+            Err(common) => {
+                self.common = Some(common);
+                let message = format!("deadlock: every warpgroup waits, these on {}", waits_on());
+                Err(self.error(inst, None, message))
             }
         }
     }
@@ -973,21 +990,10 @@ impl<'a, 'g> BlockState<'a, 'g> {
                  {pool} registers",
                 ids.len()
             );
-            let Some((me, baton)) = self.context.filter(|_| increase && wanted >= held) else {
+            let Some(context) = self.context.filter(|_| increase && wanted >= held) else {
                 return Err(self.error(inst, None, stuck));
             };
-            let common = self
-                .common
-                .take()
-                .expect("a running context holds the block's state");
-            match baton.block(me, common) {
-                Ok(common) => self.common = Some(common),
-                Err(common) => {
-                    self.common = Some(common);
-                    let message = format!("deadlock: every warpgroup waits, these on {stuck}");
-                    return Err(self.error(inst, None, message));
-                }
-            }
+            self.pass_baton(inst, context, || stuck)?;
         }
     }
 

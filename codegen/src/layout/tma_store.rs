@@ -71,27 +71,28 @@ pub(super) fn apply(
     if !assignment.uses_wgmma() {
         return;
     }
-    let definitions = definitions(kernel);
-    let carriers = loop_carriers(&kernel.body);
-    let mut stores = stores(kernel, divisibility, assignment, &definitions, &carriers);
-    stores.append(&mut reductions(
+    let views = Views {
         kernel,
         divisibility,
-        assignment,
-        &definitions,
-        &carriers,
-    ));
+        definitions: definitions(kernel),
+        carriers: loop_carriers(&kernel.body),
+    };
+    let mut stores = stores(&views, assignment);
+    stores.append(&mut reductions(&views, assignment));
     assignment.tma_stores = stores;
 }
 
+/// What deciding a tile's TMA view takes of the kernel ([`tma_view`]).
+struct Views<'k> {
+    kernel: &'k Kernel,
+    divisibility: &'k Divisibility,
+    definitions: Vec<Option<&'k Inst>>,
+    carriers: Carriers<'k>,
+}
+
 /// The top-level `store_block`s TMA copies out of the drained loops' buffers.
-fn stores(
-    kernel: &Kernel,
-    divisibility: &Divisibility,
-    assignment: &mut LayoutAssignment,
-    definitions: &[Option<&Inst>],
-    carriers: &Carriers<'_>,
-) -> BTreeMap<usize, TmaStore> {
+fn stores(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usize, TmaStore> {
+    let kernel = views.kernel;
     let mut stores = BTreeMap::new();
     let pipelines = &assignment.pipelines;
     if pipelines.is_empty() || !pipelines.values().all(|p| p.uses_tma()) {
@@ -131,15 +132,7 @@ fn stores(
             continue;
         }
         let view = (*ptr, *value);
-        let Some(store) = through_shared(
-            kernel,
-            divisibility,
-            assignment,
-            definitions,
-            carriers,
-            view,
-            false,
-        ) else {
+        let Some(store) = through_shared(views, assignment, view, false) else {
             continue;
         };
         taken += bytes;
@@ -153,13 +146,8 @@ fn stores(
 /// slab instead of a vector atomic per 4 elements a thread (the fused backward's dQ, as
 /// FlashAttention-3 adds it). They share one tile, each waiting for the last one's reads: the
 /// same bands of rows for all, or one band (the whole block meets) if they differ.
-fn reductions(
-    kernel: &Kernel,
-    divisibility: &Divisibility,
-    assignment: &mut LayoutAssignment,
-    definitions: &[Option<&Inst>],
-    carriers: &Carriers<'_>,
-) -> BTreeMap<usize, TmaStore> {
+fn reductions(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usize, TmaStore> {
+    let kernel = views.kernel;
     let mut found = Vec::new();
     let mut next = 0;
     super::walk_insts(&kernel.body, &mut next, &mut |index, inst| {
@@ -173,15 +161,7 @@ fn reductions(
             continue;
         }
         let view = (ptr, value);
-        if let Some(reduction) = through_shared(
-            kernel,
-            divisibility,
-            assignment,
-            definitions,
-            carriers,
-            view,
-            true,
-        ) {
+        if let Some(reduction) = through_shared(views, assignment, view, true) {
             reductions.insert(index, reduction);
         }
     }
@@ -208,14 +188,12 @@ fn reductions(
 /// array) stores through a tile whose first dimension is contiguous: the tile's storage rows
 /// are its columns, and a band is then whole slabs.
 fn through_shared(
-    kernel: &Kernel,
-    divisibility: &Divisibility,
+    views: &Views<'_>,
     assignment: &mut LayoutAssignment,
-    definitions: &[Option<&Inst>],
-    carriers: &Carriers<'_>,
     (ptr, value): (Value, Value),
     reduce: bool,
 ) -> Option<TmaStore> {
+    let kernel = views.kernel;
     let elem_bytes = kernel.dtype(value).size_bytes();
     let shape = <[usize; 2]>::try_from(kernel.ty(value).shape()).ok()?;
     if elem_bytes != if reduce { 4 } else { 2 } {
@@ -225,7 +203,14 @@ fn through_shared(
         let tile = SwizzledShared::for_wgmma_operand(elem_bytes, shape, order)?;
         let shared = SharedLayout::from_swizzled(&tile);
         let view = (ptr, value, Some(&shared));
-        let found = tma_view(kernel, divisibility, definitions, carriers, view, true)?;
+        let found = tma_view(
+            kernel,
+            views.divisibility,
+            &views.definitions,
+            &views.carriers,
+            view,
+            true,
+        )?;
         Some((shared, found))
     })?;
     let transposed = shared.order == [0, 1];
