@@ -21,6 +21,13 @@
 //! memory, not for their writes to land); its tile is 2-D of 16-bit elements that a TMA box
 //! covers, and its array is described whole by kernel arguments, as a TMA load's must be
 //! ([`super::pipeline`]).
+//!
+//! An `atomic_add` of a 2-D f32 tile through a block pointer described the same way is a TMA
+//! reduction (`cp.reduce.async.bulk.tensor .add`), anywhere in the kernel, loops included: its
+//! tile is its own (every reduction shares one, after the staged tiles), and before writing it
+//! the issuing lanes wait for the last reduction's reads. A block pointer of order [0, 1] (a
+//! transposed view of its array) goes through a shared tile of that order, which is the array's
+//! row-major tile; where each warpgroup holds its own rows of the value, they are whole slabs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,8 +55,9 @@ pub struct TmaStore {
     /// own (the `wgmma` accumulator, warps along M), each stores its band as soon as it has
     /// written it, without waiting for the others (the map's box is one band); else 1.
     pub bands: usize,
-    /// An `atomic_add`: TMA adds the tile into the array, from a shared tile of its own (see
-    /// [`reductions`]), rather than storing it from the drained loops' buffers.
+    /// An `atomic_add`: TMA adds the tile into the array, from a shared tile of its own (every
+    /// reduction shares one, see the module doc), rather than storing it from the drained
+    /// loops' buffers.
     pub reduce: bool,
 }
 
