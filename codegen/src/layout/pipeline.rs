@@ -364,8 +364,8 @@ fn block_origin<'k>(
 
 /// The tensor map TMA can move the tile `value` through, between the block pointer `ptr` and a
 /// shared tile of layout `shared` (`None`: a plain row-major tile), and the offsets indexing its
-/// array's leading dimensions, if it can (see the module doc). Only a store (`may_transpose`)
-/// goes through a transposed view.
+/// array's leading dimensions, if it can (see the module doc). Only a TMA reduction
+/// (`may_transpose`, [`super::tma_store`]) goes through a transposed view.
 pub(super) fn tma_view(
     kernel: &Kernel,
     divisibility: &Divisibility,

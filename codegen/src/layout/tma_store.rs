@@ -25,9 +25,10 @@
 //! An `atomic_add` of a 2-D f32 tile through a block pointer described the same way is a TMA
 //! reduction (`cp.reduce.async.bulk.tensor .add`), anywhere in the kernel, loops included: its
 //! tile is its own (every reduction shares one, after the staged tiles), and before writing it
-//! the issuing lanes wait for the last reduction's reads. A block pointer of order [0, 1] (a
-//! transposed view of its array) goes through a shared tile of that order, which is the array's
-//! row-major tile; where each warpgroup holds its own rows of the value, they are whole slabs.
+//! the issuing lanes wait for the last reduction's reads. Through a block pointer of order
+//! [0, 1] (a transposed view of its array) it goes through a shared tile of that order, which is
+//! the array's row-major tile; where each warpgroup holds its own rows of the value, they are
+//! whole slabs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -192,9 +193,9 @@ fn reductions(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<
 
 /// How `value`, a 2-D tile of 16-bit elements (f32 for a reduction) stored at `ptr`, goes out
 /// through a swizzled shared tile by TMA, if it can: the tile's layout, the tensor map (its box
-/// one band of rows) and the bands. A block pointer of order [0, 1] (a transposed view of its
-/// array) stores through a tile whose first dimension is contiguous: the tile's storage rows
-/// are its columns, and a band is then whole slabs.
+/// one band of rows) and the bands. A reduction through a block pointer of order [0, 1] (a
+/// transposed view of its array) goes through a tile whose first dimension is contiguous: the
+/// tile's storage rows are its columns, and a band is then whole slabs.
 fn through_shared(
     views: &Views<'_>,
     assignment: &mut LayoutAssignment,
@@ -207,7 +208,9 @@ fn through_shared(
     if elem_bytes != if reduce { 4 } else { 2 } {
         return None;
     }
-    let (shared, (mut spec, leading)) = [[1, 0], [0, 1]].into_iter().find_map(|order| {
+    // Reductions only through transposed views: no store needs one yet, and none is tested.
+    let orders: &[[usize; 2]] = if reduce { &[[1, 0], [0, 1]] } else { &[[1, 0]] };
+    let (shared, (mut spec, leading)) = orders.iter().find_map(|&order| {
         let tile = SwizzledShared::for_wgmma_operand(elem_bytes, shape, order)?;
         let shared = SharedLayout::from_swizzled(&tile);
         let view = (ptr, value, Some(&shared));
