@@ -1916,7 +1916,7 @@ fn dkdv_streams_its_row_statistics_with_its_tiles() {
             let case = attention_case("attention_bwd_dkdv", F16, head_dim, true, target);
             let compiled = compile_case(&case);
             let layout = compiled.stage(Stage::Layout).to_string();
-            // `%lse_row` or `%lse_early` (where the kernel reads it), and delta's alike.
+            // By their names' stems (`%lse_row`, `%delta_row`).
             let streamed = ["%lse_", "%delta_"].map(|row| {
                 layout.lines().any(|l| {
                     l.trim_start().starts_with(row)

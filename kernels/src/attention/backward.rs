@@ -533,19 +533,17 @@ pub fn attention_bwd_dkdv<
                 // leaves fewer registers, each where it is used (16 columns a thread of each):
                 // fused D128 causal 1.06-1.10x, split D64 0.90-0.93x (run 151).
                 let late = ACCUMULATE_DQ;
-                let lse_early = load(lse_block, [0]);
-                let delta_early = load(delta_block, [0]);
+                let mut lse_row = if late { 0.0 } else { load(lse_block, [0]) };
+                let mut delta_row = if late { 0.0 } else { load(delta_block, [0]) };
                 let qk_t = dot(k_tile, trans(q_tile));
                 let mut dp_t = if early_dp {
                     dot(v_tile, trans(do_tile))
                 } else {
                     0.0
                 };
-                let lse_row = if late {
-                    load(lse_block, [0])
-                } else {
-                    lse_early
-                };
+                if late {
+                    lse_row = load(lse_block, [0]);
+                }
                 let s_t = fma(qk_t, qk_scale, -lse_row.expand_dims(0));
                 let s_t = if needs_mask {
                     where_(
@@ -561,11 +559,9 @@ pub fn attention_bwd_dkdv<
                 if !early_dp {
                     dp_t = dot(v_tile, trans(do_tile));
                 }
-                let delta_row = if late {
-                    load(delta_block, [0])
-                } else {
-                    delta_early
-                };
+                if late {
+                    delta_row = load(delta_block, [0]);
+                }
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
                 // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
                 // warpgroups share however few the query rows (FlashAttention-3's form). Before

@@ -492,9 +492,7 @@ impl Lowering<'_> {
                     Type::Ptr(Space::Shared),
                 );
             }
-            let slab_col = self.i32_const((s * slab) as i64);
-            let mut coords = vec![self.int(IntOp::Add, col, slab_col), row];
-            coords.extend(&lead);
+            let coords = self.tma_slab([row, col], &lead, s * slab);
             self.emit_effect(Op::TmaStore {
                 src,
                 map: store.map,
@@ -537,37 +535,26 @@ impl Lowering<'_> {
 
     /// The elements of one TMA copy's rows through tensor map `map` (the box's last dimension,
     /// one swizzle span), or `row_len` where the map has no box.
-    fn slab_elems(&self, map: usize, row_len: usize) -> usize {
+    pub(super) fn slab_elems(&self, map: usize, row_len: usize) -> usize {
         self.layouts.tensor_maps[map]
             .box_shape
             .last()
             .map_or(row_len, |&elems| elems as usize)
     }
 
-    /// The TMA copies of the 2-D tile `value` at `block` through tensor map `map` (whose
-    /// `make_block_ptr` offsets `leading` index the array's leading dimensions): the elements
-    /// of one copy's rows (one swizzle span, the map's box), and each copy's coordinates,
-    /// innermost first, slab by slab.
-    pub(super) fn tma_slabs(
+    /// The coordinates, innermost first, of the TMA copy (one slab) `first_col` columns on
+    /// from the tile's `row` and `col` (i32); `lead`: its array's leading dimensions'
+    /// ([`Self::leading_coords`]).
+    pub(super) fn tma_slab(
         &mut self,
-        block: &BlockRegs,
-        leading: &[Value],
-        map: usize,
-        value: Value,
-    ) -> Result<(usize, Vec<Vec<Reg>>)> {
-        let cols = self.shape(value)[1];
-        let slab = self.slab_elems(map, cols);
-        let row = self.tma_coord(block.offsets[0]);
-        let col = self.tma_coord(block.offsets[1]);
-        let lead = self.leading_coords(leading)?;
-        let mut slabs = Vec::new();
-        for s in 0..cols / slab {
-            let first_col = self.i32_const((s * slab) as i64);
-            let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
-            coords.extend(&lead);
-            slabs.push(coords);
-        }
-        Ok((slab, slabs))
+        [row, col]: [Reg; 2],
+        lead: &[Reg],
+        first_col: usize,
+    ) -> Vec<Reg> {
+        let first_col = self.i32_const(first_col as i64);
+        let mut coords = vec![self.int(IntOp::Add, col, first_col), row];
+        coords.extend(lead);
+        coords
     }
 
     /// A TMA coordinate: an integer register as i32.

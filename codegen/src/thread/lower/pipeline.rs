@@ -653,9 +653,14 @@ impl Lowering<'_> {
             });
             return Ok(());
         }
-        let [rows, _] = <[usize; 2]>::try_from(self.shape(value))
+        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
-        let (slab, slabs) = self.tma_slabs(block, leading, map, value)?;
+        let slab = self.slab_elems(map, cols);
+        let origin = [block.offsets[0], block.offsets[1]].map(|r| self.tma_coord(r));
+        let lead = self.leading_coords(leading)?;
+        let slabs: Vec<Vec<Reg>> = (0..cols / slab)
+            .map(|s| self.tma_slab(origin, &lead, s * slab))
+            .collect();
         let slab_bytes = (rows * slab * self.dtype(value).size_bytes()) as i64;
         for (s, coords) in slabs.into_iter().enumerate() {
             let dst = if s == 0 {
