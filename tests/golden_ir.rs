@@ -32,7 +32,8 @@ fn spec(blocks: Option<(i64, i64)>, causal: bool) -> Spec {
 fn forward_causal_f16_d64() {
     let spec = spec(Some((128, 64)), true)
         .flag("OVERLAP_SOFTMAX", false)
-        .flag("LAST_BLOCK_APART", false);
+        .flag("LAST_BLOCK_APART", false)
+        .flag("PERSISTENT", false);
     golden(
         "attention_fwd",
         forward::attention_fwd::build(&spec).unwrap(),
@@ -45,9 +46,24 @@ fn forward_causal_f16_d64() {
 fn forward_overlapped_causal_f16_d64() {
     let spec = spec(Some((128, 64)), true)
         .flag("OVERLAP_SOFTMAX", true)
-        .flag("LAST_BLOCK_APART", true);
+        .flag("LAST_BLOCK_APART", true)
+        .flag("PERSISTENT", false);
     golden(
         "attention_fwd_overlapped",
+        forward::attention_fwd::build(&spec).unwrap(),
+    );
+}
+
+/// The persistent forward: a loop over the query blocks of every head, each block's last
+/// `P @ V` and output at the top of the next iteration.
+#[test]
+fn forward_persistent_causal_f16_d64() {
+    let spec = spec(Some((128, 64)), true)
+        .flag("OVERLAP_SOFTMAX", true)
+        .flag("LAST_BLOCK_APART", true)
+        .flag("PERSISTENT", true);
+    golden(
+        "attention_fwd_persistent",
         forward::attention_fwd::build(&spec).unwrap(),
     );
 }

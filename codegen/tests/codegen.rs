@@ -1359,6 +1359,147 @@ fn a_producer_warpgroup_issues_the_forwards_copies() {
     );
 }
 
+/// A persistent forward writes, on the interpreter, what the one-program-per-block forward
+/// writes, bit for bit (the same products and sums in the same order; that one is checked against
+/// f64 in `kiln-tests`): causal or not, three query blocks of two heads (six tiles) taken by one,
+/// four (a full round then a short one: causal, the full round's order reversed in the next)
+/// and six programs. Outputs start poisoned: every row is written, none twice differently.
+#[test]
+fn a_persistent_forward_writes_what_one_program_per_block_does() {
+    use kiln_kernels::attention::check::LayoutKind;
+    let table = KernelConfig::new(128, 128, 8, 2).on_wgmma().with_producer();
+    for causal in [false, true] {
+        let p = AttentionParams {
+            heads_q: 2,
+            heads_kv: 1,
+            ..cases::attention_params(BF16, 128, causal, 300, 333)
+        };
+        let ql = LayoutKind::Padded.layout(p.seqlen_q, p.heads_q, p.head_dim);
+        let kl = LayoutKind::Padded.layout(p.seqlen_k, p.heads_kv, p.head_dim);
+        let layouts = plan::ForwardLayouts {
+            q: ql,
+            k: kl,
+            v: kl,
+            o: ql,
+        };
+        let q_len = ql
+            .required_len("q", 1, p.seqlen_q, p.heads_q, p.head_dim)
+            .unwrap();
+        let k_len = kl
+            .required_len("k", 1, p.seqlen_k, p.heads_kv, p.head_dim)
+            .unwrap();
+        let inputs = [(q_len, 31), (k_len, 32), (k_len, 33)]
+            .map(|(len, seed)| cases::scaled_inputs(BF16, len, seed, 0.25));
+        let forward = |config: KernelConfig, programs: Option<u32>| {
+            let launch = plan::forward_with(&p, &layouts, Target::Sm90a, config).unwrap();
+            let kernel = launch.kernel.build(&launch.spec).unwrap();
+            let o = HostBuffer::poisoned(BF16, q_len);
+            let lse = HostBuffer::poisoned(DType::F32, p.lse_len());
+            let args: Vec<KernelArg<'_>> = launch
+                .args
+                .iter()
+                .map(|arg| match *arg {
+                    plan::Arg::Buffer(plan::Role::Q) => KernelArg::Buffer(&inputs[0]),
+                    plan::Arg::Buffer(plan::Role::K) => KernelArg::Buffer(&inputs[1]),
+                    plan::Arg::Buffer(plan::Role::V) => KernelArg::Buffer(&inputs[2]),
+                    plan::Arg::Buffer(plan::Role::O) => KernelArg::Buffer(&o),
+                    plan::Arg::Buffer(role) => {
+                        assert_eq!(role, plan::Role::Lse);
+                        KernelArg::Buffer(&lse)
+                    }
+                    plan::Arg::I32(v) => KernelArg::I32(v),
+                    plan::Arg::I64(v) => KernelArg::I64(v),
+                    plan::Arg::F32(v) => KernelArg::F32(v),
+                })
+                .collect();
+            let [x, y, z] = match programs {
+                Some(n) => launch.grid_within(n),
+                None => launch.grid,
+            };
+            kiln_dsl::run(&kernel, Grid::new(x, y, z), &args).unwrap();
+            [o, lse]
+        };
+        let expected = forward(table, None);
+        for programs in [1, 4, 6] {
+            let got = forward(table.persistent(), Some(programs));
+            let outcome = cases::compare(&expected, &got, cases::Tolerance::Exact);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "causal {causal}, {programs} programs: {:?}",
+                outcome.first
+            );
+        }
+    }
+}
+
+/// A persistent forward (one program looping over the query blocks of every head) has its
+/// producer copy each block's Q, first K and last V tiles as well as the ring's, one block ahead:
+/// in the emulator it agrees with the interpreter, causal or not, with one program looping over
+/// two heads' blocks (each refilled tile's barriers through two phases). Without the
+/// consumers' arrivals on the refilled tiles' `empty` barriers the producer waits forever;
+/// without the producer's waits on them it copies over a tile the consumers may still read.
+#[test]
+fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
+    use kiln_codegen::thread::{Block, Op};
+    let config = KernelConfig::new(128, 128, 8, 2)
+        .on_wgmma()
+        .with_producer()
+        .persistent();
+    for causal in [false, true] {
+        let case = attention_case_at("attention_fwd", BF16, 128, causal, Target::Sm90a, config);
+        for run in cases::runs(&case) {
+            assert_eq!(run.grid, [1, 1, 1], "one program loops over every block");
+            let outcome = emulate_run(&case, &run);
+            assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+        }
+    }
+    let case = attention_case_at("attention_fwd", BF16, 128, false, Target::Sm90a, config);
+    let run = cases::runs(&case).swap_remove(0);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(1, 1, 1), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    // The split by role: the producer's branch, then the consumers'.
+    let roles = |program: &mut kiln_codegen::thread::Program| -> (*mut Block, *mut Block) {
+        let split = program.body.insts.iter_mut().find_map(|i| match &mut i.op {
+            Op::If {
+                then_block,
+                else_block,
+                ..
+            } => Some((then_block as *mut Block, else_block as *mut Block)),
+            _ => None,
+        });
+        split.expect("a split by role")
+    };
+    // Refilled tiles' `empty` waits are the producer's waits of every warp (`warps: None`);
+    // the ring's name their warps.
+    let refill_wait = |op: &Op| matches!(op, Op::MbarrierWait { warps: None, .. });
+    let mut no_waits = program.clone();
+    // Safety (of the test): the pointers are into `no_waits`, alive and not aliased here.
+    let producer = unsafe { &mut *roles(&mut no_waits).0 };
+    drop_insts(producer, &refill_wait);
+    let err = emulated(&no_waits).unwrap_err();
+    assert!(
+        err.to_string().contains("whose phase has all its arrivals"),
+        "{err}"
+    );
+    let mut no_arrivals = program.clone();
+    let consumers = unsafe { &mut *roles(&mut no_arrivals).1 };
+    // The consumers' arrivals outside the key loops: the refilled tiles' only.
+    consumers
+        .insts
+        .retain(|i| !matches!(i.op, Op::MbarrierArrive { .. }));
+    for inst in &mut consumers.insts {
+        if let Op::For { body, .. } = &mut inst.op {
+            body.insts
+                .retain(|i| !matches!(i.op, Op::MbarrierArrive { .. }));
+        }
+    }
+    let err = emulated(&no_arrivals).unwrap_err();
+    assert!(err.to_string().contains("deadlock"), "{err}");
+}
+
 /// A producer warpgroup feeds TMA loops nested in other loops, the ring's slot and phase
 /// carried through them: dK/dV's query loop inside its loop over a group's query heads (two
 /// sharing a key/value head at 40 x 555) agrees with the interpreter in the emulator.
@@ -2254,9 +2395,17 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     let dot_lines: Vec<usize> = (1..=lines.len())
         .filter(|&n| lines[n - 1].contains("dot("))
         .collect();
-    // The overlapped loops' (the first block's QK^T, then the next one's and PV in each of the
-    // unmasked and the masked loop, then the last block's PV), then the plain loop's.
-    assert_eq!(dot_lines.len(), 8, "the forward's dot lines");
+    // The overlapped forward's (the first block's QK^T and the last block's PV, then the next
+    // block's and PV in each of the unmasked and the masked loop), the persistent one's (the
+    // block before's last PV, this block's first QK^T) and the plain loop's, which reads the
+    // tiles it loads by name.
+    assert_eq!(dot_lines.len(), 10, "the forward's dot lines");
+    let plain: Vec<usize> = dot_lines
+        .iter()
+        .copied()
+        .filter(|&n| lines[n - 1].contains("k_tile") || lines[n - 1].contains("v_tile"))
+        .collect();
+    assert_eq!(plain.len(), 2, "the plain loop's dot lines");
     let mut at = None;
     let mut mma_lines = Vec::new();
     for line in ptx.lines() {
@@ -2273,8 +2422,7 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
     mma_lines.sort();
     mma_lines.dedup();
     assert_eq!(
-        mma_lines,
-        dot_lines[6..],
+        mma_lines, plain,
         "the lines of the mma.syncs' .loc: the plain loop's"
     );
     // The ops inlined from `#[kernel_fn]`s point at their own file.

@@ -21,7 +21,8 @@ use crate::reference::Rng;
 /// rows each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query
 /// rows); on sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys
 /// for the split dK/dV, which is key-major there), at 8 warps also with a producer warpgroup
-/// issuing the copies, and for the forward 256 query rows of 16 warps (four
+/// issuing the copies (the forward's also persistent), and for the forward 256 query rows of 16
+/// warps (four
 /// warpgroups taking turns, with a producer or not; the backward's accumulators need more
 /// registers than 16 warps leave a thread). The compiler refuses what does not fit (shared memory,
 /// warps the tile cannot feed); those trials say so.
@@ -56,6 +57,9 @@ pub fn candidates(
                         // Two consumer warpgroups fed by a producer's.
                         if num_warps == 8 {
                             all.push(wgmma.with_producer());
+                            if kernel == AttentionKernel::Forward {
+                                all.push(wgmma.with_producer().persistent());
+                            }
                         }
                     }
                 }

@@ -78,6 +78,19 @@ impl Context {
         ))
     }
 
+    /// The device's streaming multiprocessors: how many programs of one an SM run at once.
+    pub fn multiprocessor_count(&self) -> Result<u32> {
+        // Safety: `self.device` is the valid device handle the driver gave with the context.
+        let count = unsafe {
+            result::device::get_attribute(
+                self.device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+        }
+        .map_err(|e| RuntimeError::driver("reading the multiprocessor count", e))?;
+        Ok(count.max(1) as u32)
+    }
+
     /// Runs `f` with this context current on the calling thread, restoring what was current.
     pub(crate) fn with_current<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         // Safety: the context is valid for the process (see the type's docs).

@@ -90,8 +90,9 @@ pub struct TmaLoad {
     pub leading: Vec<Value>,
 }
 
-/// A top-level load copied once with TMA into a staged tile of its own (the layout stage's
-/// `once_loads`).
+/// A load copied with TMA into a staged tile of its own (the layout stage's `once_loads`):
+/// once, at the kernel's top level, or once an iteration of a top-level loop that a producer
+/// warpgroup feeds (`refill`: a persistent kernel's tile loop).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OnceLoad {
     /// What it loads: a tile only `dot`s read.
@@ -99,6 +100,18 @@ pub struct OnceLoad {
     /// The tile's layout: the staging layout the load would otherwise have had.
     pub shared: SharedLayout,
     pub tma: TmaLoad,
+    /// In a loop's body, the pre-order index of the body's last instruction that reads the
+    /// tile (or a `trans` view of it): the consumers free the tile after it (once its `dot`s
+    /// are waited for), and the producer copies the next iteration's (a `full` and an `empty`
+    /// `mbarrier` of its own). `None` at the top level: copied once.
+    pub released_after: Option<usize>,
+}
+
+impl OnceLoad {
+    /// Whether it is copied once an iteration of a loop, by the producer.
+    pub fn refills(&self) -> bool {
+        self.released_after.is_some()
+    }
 }
 
 /// How far a pipelined load's block pointer moves per iteration along one dimension.
@@ -247,7 +260,9 @@ pub(super) fn apply(
 /// the pre-order index of their `load_block`, their staging dropped: each is one TMA copy into
 /// its tile, issued where the load stands and waited for where the tile is first read, rather
 /// than a load into registers and a store to shared memory that wait for the data where the load
-/// stands (the forward's first K and last V tiles).
+/// stands (the forward's first K and last V tiles). With a producer warpgroup, so are such
+/// loads in the body of a top-level loop that is not itself pipelined (a persistent kernel's
+/// loop over its tiles: Q, the first K and last V of each).
 pub(super) fn once_loads(
     kernel: &Kernel,
     divisibility: &Divisibility,
@@ -261,10 +276,25 @@ pub(super) fn once_loads(
     let definitions = definitions(kernel);
     let carriers = loop_carriers(&kernel.body);
     let mut once = BTreeMap::new();
+    // The candidates: each top-level instruction, and with a producer each instruction of a
+    // top-level loop's body where the loop is not pipelined, by pre-order index.
+    let mut candidates = Vec::new();
     let mut at = 0;
     for inst in &kernel.body.insts {
-        let inst_index = at;
+        candidates.push((at, inst, None));
+        if let Op::For { body, .. } = &inst.op
+            && assignment.producer
+            && assignment.pipeline_at(at).is_none()
+        {
+            let mut inner = at + 1;
+            for nested in &body.insts {
+                candidates.push((inner, nested, Some((body, at + 1))));
+                inner += inst_count(nested);
+            }
+        }
         at += inst_count(inst);
+    }
+    for (inst_index, inst, in_loop) in candidates {
         let Op::LoadBlock { ptr, .. } = &inst.op else {
             continue;
         };
@@ -279,7 +309,14 @@ pub(super) fn once_loads(
         {
             let map = assignment.tensor_map(spec);
             let tma = TmaLoad { map, leading };
-            once.insert(inst_index, OnceLoad { value, shared, tma });
+            let released_after = in_loop.map(|(body, start)| last_reader(body, start, value));
+            let load = OnceLoad {
+                value,
+                shared,
+                tma,
+                released_after,
+            };
+            once.insert(inst_index, load);
         }
     }
     for load in once.values() {
@@ -561,6 +598,35 @@ fn readers(kernel: &Kernel) -> Vec<Readers> {
             _ => Readers::Both,
         })
         .collect()
+}
+
+/// The pre-order index of the last instruction of `body` (a loop's, its first instruction at
+/// `start`) that reads `value` or a `trans` view of it, directly or in its regions.
+fn last_reader(body: &Region, start: usize, value: Value) -> usize {
+    let mut views = vec![value];
+    let mut last = start;
+    let mut at = start;
+    for inst in &body.insts {
+        let mut reads = false;
+        let mut note = |op: &Op, results: &[Value]| {
+            for_each_operand(op, |v| reads |= views.contains(&v));
+            if let Op::Trans { value } = op
+                && views.contains(value)
+            {
+                views.push(results[0]);
+            }
+        };
+        note(&inst.op, &inst.results);
+        let mut next = at + 1;
+        for nested in super::assign::nested_regions(&inst.op) {
+            super::walk_insts(nested, &mut next, &mut |_, i| note(&i.op, &i.results));
+        }
+        if reads && !matches!(inst.op, Op::Trans { .. }) {
+            last = at;
+        }
+        at = next;
+    }
+    last
 }
 
 /// Instructions `inst` accounts for in the pre-order numbering: itself and its regions'.

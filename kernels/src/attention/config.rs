@@ -81,6 +81,10 @@ pub struct KernelConfig {
     /// kiln-codegen's `producer`: a producer warpgroup of its own issues the streaming loops'
     /// TMA copies (4 warps beyond `num_warps`).
     pub producer: bool,
+    /// A persistent forward: one program an SM loops over the query blocks, its producer
+    /// copying the next block's Q and first K tile while the consumers finish this one (a
+    /// forward with a producer only; [`super::forward`]).
+    pub persistent: bool,
 }
 
 impl KernelConfig {
@@ -97,6 +101,7 @@ impl KernelConfig {
             num_stages,
             wgmma: false,
             producer: false,
+            persistent: false,
         }
     }
 
@@ -104,6 +109,14 @@ impl KernelConfig {
     pub const fn with_producer(self) -> KernelConfig {
         KernelConfig {
             producer: true,
+            ..self
+        }
+    }
+
+    /// The same configuration, persistent.
+    pub const fn persistent(self) -> KernelConfig {
+        KernelConfig {
+            persistent: true,
             ..self
         }
     }
@@ -145,23 +158,30 @@ impl std::fmt::Display for KernelConfig {
         if self.producer {
             write!(f, ", producer")?;
         }
+        if self.persistent {
+            write!(f, ", persistent")?;
+        }
         Ok(())
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer]]`, as `kiln tune --configs` takes it:
-/// `128x64:4:2:wgmma`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]]]`, as `kiln tune --configs`
+/// takes it: `128x64:4:2:wgmma`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
-        let refuse =
-            || format!("expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer]], got `{text}`");
+        let refuse = || {
+            format!(
+                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]]], got `{text}`"
+            )
+        };
         let parts: Vec<&str> = text.trim().split(':').collect();
-        let (blocks, warps, stages, wgmma, producer) = match parts[..] {
-            [b, w, s] => (b, w, s, false, false),
-            [b, w, s, "wgmma"] => (b, w, s, true, false),
-            [b, w, s, "wgmma", "producer"] => (b, w, s, true, true),
+        let (blocks, warps, stages, wgmma, producer, persistent) = match parts[..] {
+            [b, w, s] => (b, w, s, false, false, false),
+            [b, w, s, "wgmma"] => (b, w, s, true, false, false),
+            [b, w, s, "wgmma", "producer"] => (b, w, s, true, true, false),
+            [b, w, s, "wgmma", "producer", "persistent"] => (b, w, s, true, true, true),
             _ => return Err(refuse()),
         };
         let (m, n) = blocks.split_once('x').ok_or_else(refuse)?;
@@ -173,8 +193,13 @@ impl std::str::FromStr for KernelConfig {
             number(stages)? as u32,
         );
         let config = if wgmma { config.on_wgmma() } else { config };
-        Ok(if producer {
+        let config = if producer {
             config.with_producer()
+        } else {
+            config
+        };
+        Ok(if persistent {
+            config.persistent()
         } else {
             config
         })
@@ -283,12 +308,8 @@ pub fn config(
     keys: KeyLength,
 ) -> Option<AttentionConfig> {
     let preprocess = KernelConfig {
-        producer: false,
-        block_m: 64,
         block_n: None,
-        num_warps: 4,
-        num_stages: 1,
-        wgmma: false,
+        ..KernelConfig::new(64, 0, 4, 1)
     };
     let c = KernelConfig::new;
     let [forward, dq, dkdv] = match (target, head_dim) {

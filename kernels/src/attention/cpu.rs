@@ -7,6 +7,10 @@ use kiln_dsl::{DType, Grid, HostBuffer, KernelArg, Target};
 use super::plan::{self, Arg, BackwardLayouts, ForwardLayouts, Launch, Role};
 use super::{AttentionError, AttentionParams, Tensor, check_rows, check_stats, invalid};
 
+/// The programs a persistent kernel runs on the interpreter: fewer than most calls' tiles, and
+/// prime, so that programs loop over uneven shares of them.
+const PERSISTENT_PROGRAMS: u32 = 7;
+
 /// Runs one planned launch with each role bound by `buffer`.
 fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(), AttentionError> {
     let kernel = launch.kernel.build(&launch.spec)?;
@@ -20,7 +24,7 @@ fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(
             Arg::F32(v) => KernelArg::F32(v),
         })
         .collect();
-    let [x, y, z] = launch.grid;
+    let [x, y, z] = launch.grid_within(PERSISTENT_PROGRAMS);
     kiln_dsl::run(&kernel, Grid::new(x, y, z), &args)?;
     Ok(())
 }

@@ -36,6 +36,7 @@ pub fn attention_fwd<
     const CAUSAL: bool,
     const OVERLAP_SOFTMAX: bool,
     const LAST_BLOCK_APART: bool,
+    const PERSISTENT: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -63,8 +64,115 @@ pub fn attention_fwd<
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
-    let start_m = query_block::<CAUSAL>();
-    let batch_head = program_id(1);
+    if PERSISTENT {
+        static_assert(
+            OVERLAP_SOFTMAX && LAST_BLOCK_APART,
+            "a persistent forward overlaps its softmax and does its last block's P @ V apart",
+        );
+        persistent::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            seqlen_q,
+            seqlen_k,
+            heads_q,
+            group,
+            batches,
+            heads_kv,
+            q_batch_stride,
+            q_seq_stride,
+            q_head_stride,
+            k_batch_stride,
+            k_seq_stride,
+            k_head_stride,
+            v_batch_stride,
+            v_seq_stride,
+            v_head_stride,
+            o_batch_stride,
+            o_seq_stride,
+            o_head_stride,
+            softmax_scale,
+        );
+    } else {
+        query_block_forward::<
+            T,
+            HEAD_DIM,
+            BLOCK_M,
+            BLOCK_N,
+            CAUSAL,
+            OVERLAP_SOFTMAX,
+            LAST_BLOCK_APART,
+        >(
+            q,
+            k,
+            v,
+            o,
+            lse,
+            seqlen_q,
+            seqlen_k,
+            heads_q,
+            group,
+            batches,
+            heads_kv,
+            q_batch_stride,
+            q_seq_stride,
+            q_head_stride,
+            k_batch_stride,
+            k_seq_stride,
+            k_head_stride,
+            v_batch_stride,
+            v_seq_stride,
+            v_head_stride,
+            o_batch_stride,
+            o_seq_stride,
+            o_head_stride,
+            softmax_scale,
+            query_block::<CAUSAL>(),
+            program_id(1),
+        );
+    }
+}
+
+/// One program's block of query rows, `start_m`, of query head `batch_head` (batch x heads).
+#[kernel_fn]
+fn query_block_forward<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+    const OVERLAP_SOFTMAX: bool,
+    const LAST_BLOCK_APART: bool,
+>(
+    q: Ptr<T>,
+    k: Ptr<T>,
+    v: Ptr<T>,
+    o: Ptr<T>,
+    lse: Ptr<f32>,
+    seqlen_q: i32,
+    seqlen_k: i32,
+    heads_q: i32,
+    group: i32,
+    batches: i32,
+    heads_kv: i32,
+    q_batch_stride: i64,
+    q_seq_stride: i64,
+    q_head_stride: i64,
+    k_batch_stride: i64,
+    k_seq_stride: i64,
+    k_head_stride: i64,
+    v_batch_stride: i64,
+    v_seq_stride: i64,
+    v_head_stride: i64,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
+    softmax_scale: f32,
+    start_m: i32,
+    batch_head: i32,
+) {
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
     let head_kv = head / group;
@@ -139,7 +247,7 @@ pub fn attention_fwd<
     let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
     if OVERLAP_SOFTMAX {
         // The first block's softmax before the loops; each iteration multiplies P by V and
-        // starts the next block's.
+        // starts the next block's ([`key_blocks_overlapped`]).
         let qk = scores::<CAUSAL, BLOCK_N>(
             dot(q_tile, trans(k_first_tile)),
             0,
@@ -148,40 +256,25 @@ pub fn attention_fwd<
             shift,
             seqlen_k,
         );
-        let (m_new, p, _) = softmax_step(qk, qk_scale, m_i);
-        l_i = p.sum(1);
-        m_i = m_new;
-        let mut p_t = p.to::<T>();
-        // Two loops with one body: the first while the next block needs no mask, the second
-        // masking every block without a branch (ptxas waits for every wgmma where control
-        // flow joins).
-        for _ in (0..unmasked_end).step_by(BLOCK_N) {
-            // Issued in this order so that waiting for the scores leaves P @ V running.
-            let qk = dot(q_tile, trans(load(k_block, [0])));
-            acc = dot(p_t, load(v_block, [0]), acc);
-            let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
-            l_i = l_i * alpha + p.sum(1);
-            acc = acc * alpha.expand_dims(1);
-            m_i = m_new;
-            p_t = p.to::<T>();
-            k_block = advance(k_block, [BLOCK_N, 0]);
-            v_block = advance(v_block, [BLOCK_N, 0]);
-        }
-        for start_n in (unmasked_end..loops_end).step_by(BLOCK_N) {
-            let qk = dot(q_tile, trans(load(k_block, [0])));
-            acc = dot(p_t, load(v_block, [0]), acc);
-            let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
-            let qk = mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k);
-            let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
-            l_i = l_i * alpha + p.sum(1);
-            acc = acc * alpha.expand_dims(1);
-            m_i = m_new;
-            p_t = p.to::<T>();
-            k_block = advance(k_block, [BLOCK_N, 0]);
-            v_block = advance(v_block, [BLOCK_N, 0]);
-        }
+        let (m_out, l_out, acc_out, p_out) =
+            key_blocks_overlapped::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
+                qk,
+                q_tile,
+                k_block,
+                v_block,
+                unmasked_end,
+                loops_end,
+                offs_m,
+                shift,
+                seqlen_k,
+                qk_scale,
+                m_i,
+            );
+        m_i = m_out;
+        l_i = l_out;
+        acc = acc_out;
         if LAST_BLOCK_APART {
-            acc = dot(p_t, v_last, acc);
+            acc = dot(p_out, v_last, acc);
         }
     } else {
         for start_n in (0..end_n).step_by(BLOCK_N) {
@@ -204,7 +297,308 @@ pub fn attention_fwd<
         }
     }
 
-    // A row that saw no key has l = 0 and acc = 0: its output is 0 and its LSE -inf.
+    store_rows::<T, HEAD_DIM, BLOCK_M>(
+        acc,
+        l_i,
+        m_i,
+        o,
+        lse,
+        seqlen_q,
+        heads_q,
+        batches,
+        o_batch_stride,
+        o_seq_stride,
+        o_head_stride,
+        start_m,
+        offs_m,
+        batch,
+        head,
+        batch_head,
+    );
+}
+
+/// A persistent forward: each program takes every `num_programs(0)`-th block of query rows
+/// ([`persistent_tile`]), its producer copying a block's Q and first K tile (and the previous
+/// block's last V tile) while the consumers finish the block before. Each block's last `P @ V`
+/// and output come at the top of the next iteration, issued before the next block's first
+/// scores and written while those run; an iteration past the last block finishes it. The block
+/// "before" the first and the one "after" the last lie past the end: what they load is zeros
+/// and what they store nothing. Q goes to the tensor cores as loaded, so the scale must be >= 0
+/// (the launch gives a negative one to the one-program-per-block kernel).
+#[kernel_fn]
+fn persistent<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+>(
+    q: Ptr<T>,
+    k: Ptr<T>,
+    v: Ptr<T>,
+    o: Ptr<T>,
+    lse: Ptr<f32>,
+    seqlen_q: i32,
+    seqlen_k: i32,
+    heads_q: i32,
+    group: i32,
+    batches: i32,
+    heads_kv: i32,
+    q_batch_stride: i64,
+    q_seq_stride: i64,
+    q_head_stride: i64,
+    k_batch_stride: i64,
+    k_seq_stride: i64,
+    k_head_stride: i64,
+    v_batch_stride: i64,
+    v_seq_stride: i64,
+    v_head_stride: i64,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
+    softmax_scale: f32,
+) {
+    let m_blocks = cdiv(seqlen_q, BLOCK_M);
+    let heads = batches * heads_q;
+    let tiles = m_blocks * heads;
+    let programs = num_programs(0);
+    let shift = seqlen_k - seqlen_q;
+    let qk_scale = maximum(softmax_scale * f32::consts::LOG2_E, f32::MIN_POSITIVE);
+    // The block before: none, one past the end.
+    let mut prev_m = m_blocks;
+    let mut prev_head = 0;
+    let mut prev_v_row = seqlen_k;
+    let mut m_i = full([BLOCK_M], f32::NEG_INFINITY, f32);
+    let mut l_i = zeros([BLOCK_M], f32);
+    let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
+    let mut p_t = zeros([BLOCK_M, BLOCK_N], T);
+    for tile in (program_id(0)..tiles + programs).step_by(programs) {
+        let (tile_m, tile_head) = persistent_tile::<CAUSAL>(tile, m_blocks, heads);
+        let real = tile < tiles;
+        let start_m = where_(real, tile_m, m_blocks);
+        let batch_head = where_(real, tile_head, 0);
+        let batch = batch_head / heads_q;
+        let head = batch_head % heads_q;
+        let (k_block, v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
+            k,
+            v,
+            batches,
+            heads_kv,
+            seqlen_k,
+            k_batch_stride,
+            k_head_stride,
+            k_seq_stride,
+            v_batch_stride,
+            v_head_stride,
+            v_seq_stride,
+            batch,
+            head / group,
+        );
+        let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
+        let (tile_end, tile_full_end) =
+            key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
+        let end_n = where_(real, tile_end, 0);
+        let full_end = where_(real, tile_full_end, 0);
+        let unmasked_end = maximum(full_end - BLOCK_N, 0);
+        let loops_end = maximum(cdiv(end_n, BLOCK_N) - 1, 0) * BLOCK_N;
+        // The producer copies in this order: the first K tile (freed earliest), the block
+        // before's last V tile, then Q (freed after the loops of the block before).
+        let k_first_tile = load(k_block, [0]);
+        let prev_batch = prev_head / heads_q;
+        let (_, prev_v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
+            k,
+            v,
+            batches,
+            heads_kv,
+            seqlen_k,
+            k_batch_stride,
+            k_head_stride,
+            k_seq_stride,
+            v_batch_stride,
+            v_head_stride,
+            v_seq_stride,
+            prev_batch,
+            prev_head % heads_q / group,
+        );
+        let v_last = load(advance(prev_v_block, [prev_v_row, 0]), [0]);
+        let q_tile = load(
+            head_rows_from::<T, HEAD_DIM, BLOCK_M>(
+                q,
+                batches,
+                heads_q,
+                seqlen_q,
+                q_batch_stride,
+                q_head_stride,
+                q_seq_stride,
+                batch,
+                head,
+                start_m * BLOCK_M,
+            ),
+            [0],
+        );
+        // The block before's last P @ V, then its output, written while this block's first
+        // scores run.
+        acc = dot(p_t, v_last, acc);
+        let qk = dot(q_tile, trans(k_first_tile));
+        store_rows::<T, HEAD_DIM, BLOCK_M>(
+            acc,
+            l_i,
+            m_i,
+            o,
+            lse,
+            seqlen_q,
+            heads_q,
+            batches,
+            o_batch_stride,
+            o_seq_stride,
+            o_head_stride,
+            prev_m,
+            prev_m * BLOCK_M + arange(0, BLOCK_M),
+            prev_batch,
+            prev_head % heads_q,
+            prev_head,
+        );
+        let qk = scores::<CAUSAL, BLOCK_N>(qk, 0, full_end, offs_m, shift, seqlen_k);
+        let (m_out, l_out, acc_out, p_out) =
+            key_blocks_overlapped::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
+                qk,
+                q_tile,
+                advance(k_block, [BLOCK_N, 0]),
+                v_block,
+                unmasked_end,
+                loops_end,
+                offs_m,
+                shift,
+                seqlen_k,
+                qk_scale,
+                full([BLOCK_M], f32::NEG_INFINITY, f32),
+            );
+        m_i = m_out;
+        l_i = l_out;
+        acc = acc_out;
+        p_t = p_out;
+        prev_m = start_m;
+        prev_head = batch_head;
+        prev_v_row = where_(end_n > 0, loops_end, seqlen_k);
+    }
+}
+
+/// The query block and head (batch x query head) of tile `tile` of a persistent forward, whose
+/// programs each take every `num_programs(0)`-th tile: one head's blocks after another; causal,
+/// the longest blocks of every head first, and every other round of tiles that every program
+/// takes part in reversed, so that the program that took a round's longest block takes the
+/// next round's shortest (taken in order, a program's blocks stay longer than the next one's in
+/// every round).
+#[kernel_fn]
+fn persistent_tile<const CAUSAL: bool>(tile: i32, m_blocks: i32, heads: i32) -> (i32, i32) {
+    let programs = num_programs(0);
+    let full_rounds_end = m_blocks * heads / programs * programs;
+    let round_start = tile - program_id(0);
+    let mirrored = round_start + programs - 1 - program_id(0);
+    let odd_round = round_start / programs % 2 == 1;
+    let snaked = where_(
+        tile < full_rounds_end,
+        where_(odd_round, mirrored, tile),
+        tile,
+    );
+    let start_m = if CAUSAL {
+        m_blocks - 1 - snaked / heads
+    } else {
+        tile % m_blocks
+    };
+    let head = if CAUSAL {
+        snaked % heads
+    } else {
+        tile / m_blocks
+    };
+    (start_m, head)
+}
+
+/// With `OVERLAP_SOFTMAX`, from the first key block's masked scores `qk`: its softmax (from the
+/// row max `m_start`, all `-inf`), then the
+/// key blocks from `k_block` and `v_block` (the second key block's and the first value block's)
+/// up to `loops_end`, each iteration starting the next block's scores and this block's `P @ V`.
+/// Returns the row max, row sum, accumulator and the last block's weights P, whose `P @ V` is
+/// the caller's (the last V tile apart, or the block past the end's zeros).
+#[kernel_fn]
+fn key_blocks_overlapped<
+    T,
+    const HEAD_DIM: usize,
+    const BLOCK_M: usize,
+    const BLOCK_N: usize,
+    const CAUSAL: bool,
+>(
+    qk: Tile<f32>,
+    q_tile: Tile<T>,
+    k_block: BlockPtr<T>,
+    v_block: BlockPtr<T>,
+    unmasked_end: i32,
+    loops_end: i32,
+    offs_m: Tile<i32>,
+    shift: i32,
+    seqlen_k: i32,
+    qk_scale: f32,
+    m_start: Tile<f32>,
+) -> (Tile<f32>, Tile<f32>, Tile<f32>, Tile<T>) {
+    let (m_new, p, _) = softmax_step(qk, qk_scale, m_start);
+    let mut l_i = p.sum(1);
+    let mut m_i = m_new;
+    let mut p_t = p.to::<T>();
+    let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
+    let mut k_block = k_block;
+    let mut v_block = v_block;
+    // Two loops with one body: the first while the next block needs no mask, the second
+    // masking every block without a branch (ptxas waits for every wgmma where control flow
+    // joins).
+    for _ in (0..unmasked_end).step_by(BLOCK_N) {
+        // Issued in this order so that waiting for the scores leaves P @ V running.
+        let qk = dot(q_tile, trans(load(k_block, [0])));
+        acc = dot(p_t, load(v_block, [0]), acc);
+        let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
+        l_i = l_i * alpha + p.sum(1);
+        acc = acc * alpha.expand_dims(1);
+        m_i = m_new;
+        p_t = p.to::<T>();
+        k_block = advance(k_block, [BLOCK_N, 0]);
+        v_block = advance(v_block, [BLOCK_N, 0]);
+    }
+    for start_n in (unmasked_end..loops_end).step_by(BLOCK_N) {
+        let qk = dot(q_tile, trans(load(k_block, [0])));
+        acc = dot(p_t, load(v_block, [0]), acc);
+        let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
+        let qk = mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k);
+        let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
+        l_i = l_i * alpha + p.sum(1);
+        acc = acc * alpha.expand_dims(1);
+        m_i = m_new;
+        p_t = p.to::<T>();
+        k_block = advance(k_block, [BLOCK_N, 0]);
+        v_block = advance(v_block, [BLOCK_N, 0]);
+    }
+    (m_i, l_i, acc, p_t)
+}
+
+/// Writes block `start_m` of query head `batch_head`'s output, `acc / l` (0 where a row saw no
+/// key, `l = 0`), and its natural-log LSE, `-inf` there; rows past `seqlen_q` are not written.
+#[kernel_fn]
+fn store_rows<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+    acc: Tile<f32>,
+    l_i: Tile<f32>,
+    m_i: Tile<f32>,
+    o: Ptr<T>,
+    lse: Ptr<f32>,
+    seqlen_q: i32,
+    heads_q: i32,
+    batches: i32,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
+    start_m: i32,
+    offs_m: Tile<i32>,
+    batch: i32,
+    head: i32,
+    batch_head: i32,
+) {
     let seen = l_i > 0.0;
     let l_safe = where_(seen, l_i, 1.0);
     let o_block = head_rows_from::<T, HEAD_DIM, BLOCK_M>(

@@ -42,14 +42,15 @@ impl Candidate {
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}{}{}",
+            "{}_m{}_n{}_w{}_s{}{}{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
             c.num_warps,
             c.num_stages,
             if c.wgmma { "_wgmma" } else { "" },
-            if c.producer { "_producer" } else { "" }
+            if c.producer { "_producer" } else { "" },
+            if c.persistent { "_persistent" } else { "" }
         )
     }
 }
@@ -252,7 +253,7 @@ pub(crate) unsafe fn launch_forward_checked(
         o: at.o.layout,
     };
     let config = overrides.config(p.config(target)?);
-    let launch = plan::forward_with(p, &layouts, target, config.forward);
+    let launch = plan::forward_with(p, &layouts, target, config.forward)?;
     let address = |role| match role {
         Role::Q => Some(at.q.address),
         Role::K => Some(at.k.address),
@@ -640,8 +641,14 @@ unsafe fn run(
             Arg::F32(v) => Ok(RawArg::F32(v)),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A persistent kernel runs one program an SM.
+    let grid = if launch.config.persistent {
+        launch.grid_within(context.multiprocessor_count()?)
+    } else {
+        launch.grid
+    };
     // Safety: the caller vouches for the memory behind the addresses.
-    unsafe { kernel.launch(stream, launch.grid, launch.config.threads(), &args) }?;
+    unsafe { kernel.launch(stream, grid, launch.config.threads(), &args) }?;
     Ok(())
 }
 

@@ -291,8 +291,9 @@ impl AttentionParams {
 /// their four programs an SM (0.97-0.98x; the long blocks, one program an SM, were not told
 /// apart); at 256 it does not fit beside the table's 128 x 64 blocks (262,272 bytes of shared
 /// memory, 232,448 the most). A rule by head dim, then, not by blocks.
-pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 2] {
+pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 3] {
     [
+        ("PERSISTENT", config.persistent),
         ("OVERLAP_SOFTMAX", config.wgmma),
         (
             "LAST_BLOCK_APART",

@@ -167,6 +167,8 @@ pub struct Launch {
     /// Block sizes, warps and stages, from the configuration table.
     pub config: KernelConfig,
     pub spec: Spec,
+    /// One program per block of rows of each head; a persistent kernel's grid is its tiles, of
+    /// which a launch runs [`Launch::grid_within`] programs.
     pub grid: [u32; 3],
     pub args: Vec<Arg>,
 }
@@ -185,14 +187,32 @@ impl Launch {
             (AttentionKernel::DkDv, Some(block_n)) => (p.seqlen_k, block_n, p.heads_kv),
             _ => (p.seqlen_q, config.block_m, p.heads_q),
         };
+        let blocks = rows.div_ceil(block) as u32;
+        // A persistent forward loops over the blocks of every head itself.
+        let grid = if config.persistent {
+            [blocks * (p.batch * heads) as u32, 1, 1]
+        } else {
+            [blocks, (p.batch * heads) as u32, 1]
+        };
         Launch {
             kernel,
             name: specialisation_name(kernel, p, target),
             target,
             config,
             spec: p.spec(kernel, config),
-            grid: [rows.div_ceil(block) as u32, (p.batch * heads) as u32, 1],
+            grid,
             args,
+        }
+    }
+
+    /// The grid to launch where at most `programs` run at once (one an SM): a persistent
+    /// kernel's programs, each looping over its share of the tiles; any other's whole grid.
+    pub fn grid_within(&self, programs: u32) -> [u32; 3] {
+        let [x, y, z] = self.grid;
+        if self.config.persistent {
+            [x.min(programs.max(1)), y, z]
+        } else {
+            [x, y, z]
         }
     }
 }
@@ -240,16 +260,24 @@ pub fn forward(
     layouts: &ForwardLayouts,
     target: Target,
 ) -> Result<Launch, AttentionError> {
-    Ok(forward_with(p, layouts, target, p.config(target)?.forward))
+    forward_with(p, layouts, target, p.config(target)?.forward)
 }
 
-/// [`fn@forward`] with the forward kernel configured as `config` (what `kiln tune` tries).
+/// [`fn@forward`] with the forward kernel configured as `config` (what `kiln tune` tries). A
+/// persistent forward takes Q to the tensor cores as loaded, with no room to flip its sign: it
+/// refuses a negative `softmax_scale`.
 pub fn forward_with(
     p: &AttentionParams,
     layouts: &ForwardLayouts,
     target: Target,
     config: KernelConfig,
-) -> Launch {
+) -> Result<Launch, AttentionError> {
+    if config.persistent && p.softmax_scale < 0.0 {
+        return Err(super::invalid(format!(
+            "softmax_scale = {}: a persistent forward ({config}) takes a scale >= 0",
+            p.softmax_scale
+        )));
+    }
     let mut args = vec![
         Arg::Buffer(Role::Q),
         Arg::Buffer(Role::K),
@@ -267,7 +295,13 @@ pub fn forward_with(
         args.extend(strides(layout));
     }
     args.push(Arg::F32(p.softmax_scale));
-    Launch::new(p, AttentionKernel::Forward, target, config, args)
+    Ok(Launch::new(
+        p,
+        AttentionKernel::Forward,
+        target,
+        config,
+        args,
+    ))
 }
 
 /// The backward pass on `target`, in order, configured as kiln's table says: dQ (with the row

@@ -950,11 +950,18 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                     plan::Arg::F32(v) => Arg::F32(v),
                 })
                 .collect();
+            // A persistent forward's tiles all go to one program, which loops over them (every
+            // shape has two heads: the refilled tiles' barriers go through two phases).
+            let grid = if flag_spec(case, "PERSISTENT") {
+                [1, 1, 1]
+            } else {
+                launch.grid
+            };
             Run {
                 label: format!("{seqlen_q}x{seqlen_k}"),
                 buffers,
                 args,
-                grid: launch.grid,
+                grid,
             }
         })
         .collect()

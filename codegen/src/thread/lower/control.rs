@@ -116,6 +116,7 @@ impl Lowering<'_> {
         let iv = self.new_reg(self.ty(lower));
         let params = self.fresh(&init);
         self.bind(body.params[0], vec![iv]);
+        let outer_counter = self.loop_counter.replace([iv, lower, step]);
         for (&param, regs) in body.params[1..].iter().zip(&params) {
             self.bind(param, regs.clone());
         }
@@ -146,7 +147,7 @@ impl Lowering<'_> {
         }
         // Staged tiles: the body may follow its own last iteration, and the loop may not run.
         self.pending = Pending::unknown();
-        let (body_block, _) = self.nested_block(
+        let body = self.nested_block(
             body,
             |this| match &pipeline {
                 Some(pipeline) => {
@@ -167,7 +168,9 @@ impl Lowering<'_> {
                     Vec::new()
                 })
             },
-        )?;
+        );
+        self.loop_counter = outer_counter;
+        let (body_block, _) = body?;
         self.pending = Pending::unknown();
         let results = self.fresh(&init);
         let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();

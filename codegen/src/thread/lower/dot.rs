@@ -101,15 +101,18 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
     tile_bytes(kernel, value).next_multiple_of(tile_align(layouts))
 }
 
-/// Where staged tiles go in shared memory: every staged tile from 0, each at its own place,
-/// then from `reduction` the tile TMA reductions share (`atomic_add`s by TMA); above them,
+/// Where staged tiles go in shared memory: the tiles of refilled TMA loads (a persistent
+/// kernel's per-tile loads, [`super::refill`]) from 0, up to `refilled`; every other staged tile
+/// from there, each at its own place, then from `reduction` the tile TMA reductions share (`atomic_add`s by TMA); above them,
 /// from `staged`, pipelined loads' buffers, a loop's above those of the loops around
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
 /// bytes again, one after the other: the layout stage lets them only where they fit); from
 /// `barriers`, TMA loops' `mbarrier`s, stacked alike; from `once_barriers`, one `mbarrier` for
-/// each top-level load TMA copies; the scratch above all, from `end`.
+/// each top-level or refilled load TMA copies (and an `empty` one each after those, where some
+/// are refilled); the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
+    pub refilled: u32,
     pub reduction: u32,
     pub staged: u32,
     pub barriers: u32,
@@ -143,13 +146,21 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
-        let once = layouts.tma_once_loads().count() as u32 * super::pipeline::MBARRIER_BYTES;
+        let refilled = layouts
+            .tma_once_loads()
+            .filter(|l| l.refills())
+            .map(|l| aligned_tile_bytes(kernel, layouts, l.value))
+            .sum();
+        let kinds = if refilled > 0 { 2 } else { 1 };
+        let once =
+            kinds * layouts.tma_once_loads().count() as u32 * super::pipeline::MBARRIER_BYTES;
         let end = if barriers + once == 0 {
             staged + buffers
         } else {
             (staged + buffers + barriers + once).next_multiple_of(SCRATCH_ALIGN)
         };
         SharedPlan {
+            refilled,
             reduction,
             staged,
             barriers: staged + buffers,

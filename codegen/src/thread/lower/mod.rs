@@ -18,6 +18,7 @@ mod memory;
 mod movement;
 mod pipeline;
 mod producer;
+mod refill;
 mod turns;
 mod wgmma;
 
@@ -77,11 +78,13 @@ pub fn lower(
             Target::Sm80 => 1,
         },
         scratch: plan.end,
-        next_staged: 0,
+        next_staged: plan.refilled,
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
         once_barriers: plan.once_barriers,
         once_loads: Vec::new(),
+        loop_counter: None,
+        releases: Vec::new(),
         tma_store_bytes: 0,
         reduction_tile: plan.reduction,
         bulk_stores: false,
@@ -168,9 +171,14 @@ pub(super) struct Lowering<'a> {
     converted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Where the `mbarrier`s of top-level TMA loads start.
     once_barriers: u32,
-    /// The tiles top-level TMA loads fill (and their `trans` views), with the load's barrier
-    /// until someone waited for it.
-    once_loads: Vec<(Value, Option<Reg>)>,
+    /// The tiles top-level or refilled TMA loads fill (and their `trans` views), with the
+    /// load's barrier and the parity of the phase to wait for, until someone waited for it.
+    once_loads: Vec<(Value, Option<(Reg, Reg)>)>,
+    /// The innermost loop being lowered: its induction variable, lower bound and step.
+    loop_counter: Option<[Reg; 3]>,
+    /// Refilled tiles to free once the `wgmma` that last reads each is waited for: (its
+    /// result, the tile's `empty` barrier) ([`refill`]).
+    releases: Vec<(Value, Reg)>,
     /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`), for the
     /// loop's uses: (value, layout, registers).
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
@@ -596,6 +604,7 @@ impl Lowering<'_> {
             for (&result, regs) in inst.results.iter().zip(results) {
                 self.bind(result, regs);
             }
+            self.release_refills(index, inst);
         }
         Ok(Vec::new())
     }
@@ -704,6 +713,10 @@ impl Lowering<'_> {
                 ptr,
                 boundary_check,
             } => match self.layouts.tma_once_at(self.current_inst) {
+                Some((rank, load)) if load.refills() => {
+                    self.consume_refill(inst, rank, &load.clone())?;
+                    one(Vec::new())
+                }
                 Some((rank, load)) => {
                     self.load_once_by_tma(inst, *ptr, rank, &load.clone())?;
                     one(Vec::new())

@@ -987,8 +987,6 @@ impl Lowering<'_> {
         );
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
-        let warp_size = self.i32_const(THREADS_PER_WARP as i64);
-        let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
         let index = self.i32_const(rank as i64);
         let bar = self.barrier_of(self.once_barriers, index);
         self.emit_effect(Op::MbarrierInit {
@@ -999,6 +997,27 @@ impl Lowering<'_> {
         // Everyone sees the barrier set up before anyone waits on it.
         self.emit_effect(Op::FenceMbarrierInit);
         self.barrier();
+        self.copy_whole_tile(inst, ptr, load, start, bar)?;
+        let first_phase = self.i32_const(0);
+        self.once_loads.push((value, Some((bar, first_phase))));
+        Ok(())
+    }
+
+    /// Thread 0 arrives on `bar` expecting the bytes of `load`'s tile, and warp 0 copies the
+    /// tile at block pointer `ptr` into the shared tile at `offset`, slab by slab.
+    pub(super) fn copy_whole_tile(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        load: &OnceLoad,
+        offset: u32,
+        bar: Reg,
+    ) -> Result<()> {
+        let zero = self.i32_const(0);
+        let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
+        let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+        let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
+        let value = load.value;
         let bytes = (self.kernel.ty(value).num_elements() * self.dtype(value).size_bytes()) as u32;
         self.emit_effect(Op::MbarrierArriveExpectTx {
             bar,
@@ -1006,14 +1025,9 @@ impl Lowering<'_> {
             pred: issuer,
         });
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let tile = self.emit(
-            Op::SharedAddress { offset: start },
-            Type::Ptr(Space::Shared),
-        );
+        let tile = self.emit(Op::SharedAddress { offset }, Type::Ptr(Space::Shared));
         let TmaLoad { map, leading } = &load.tma;
-        self.copy_tile_by_tma(inst, tile, &block, *map, leading, value, bar, issuing_warp)?;
-        self.once_loads.push((value, Some(bar)));
-        Ok(())
+        self.copy_tile_by_tma(inst, tile, &block, *map, leading, value, bar, issuing_warp)
     }
 
     /// Before an instruction that reads a tile a top-level TMA copy fills (directly, through a
@@ -1032,20 +1046,19 @@ impl Lowering<'_> {
             self.once_loads.push((inst.results[0], bar));
             return;
         }
-        let zero = self.i32_const(0);
         for i in 0..self.once_loads.len() {
             let (value, bar) = self.once_loads[i];
-            let Some(bar) = bar.filter(|_| used.contains(&value)) else {
+            let Some((bar, parity)) = bar.filter(|_| used.contains(&value)) else {
                 continue;
             };
             self.emit_effect(Op::MbarrierWait {
                 bar,
-                parity: zero,
+                parity,
                 warps: None,
             });
             // The views of the same tile are waited for too.
             for entry in &mut self.once_loads {
-                if entry.1 == Some(bar) {
+                if entry.1.is_some_and(|(b, _)| b == bar) {
                     entry.1 = None;
                 }
             }

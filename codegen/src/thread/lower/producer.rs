@@ -164,6 +164,7 @@ impl Lowering<'_> {
         };
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, tid, zero);
+        self.init_refill_barriers(issuer);
         let full = self.next_barrier;
         self.init_tma_barriers(full, Some(full + stages * MBARRIER_BYTES), stages, issuer);
         self.emit_effect(Op::Barrier);
@@ -200,8 +201,15 @@ impl Lowering<'_> {
                 }
                 Ok(None)
             }
+            TileOp::LoadBlock { ptr, .. } => {
+                if let Some((rank, load)) = self.layouts.tma_once_at(self.current_inst)
+                    && load.refills()
+                {
+                    self.produce_refill(inst, *ptr, rank, &load.clone())?;
+                }
+                Ok(None)
+            }
             TileOp::Load { .. }
-            | TileOp::LoadBlock { .. }
             | TileOp::Store { .. }
             | TileOp::StoreBlock { .. }
             | TileOp::AtomicAdd { .. } => Ok(None),
@@ -268,6 +276,7 @@ impl Lowering<'_> {
         let iv = self.new_reg(self.ty(lower));
         let params = self.fresh(&init_regs);
         self.bind(body.params[0], vec![iv]);
+        let outer_counter = self.loop_counter.replace([iv, lower, step]);
         for (k, &i) in kept.iter().enumerate() {
             self.bind(body.params[1 + i], params[k].clone());
         }
@@ -294,6 +303,7 @@ impl Lowering<'_> {
             next_state = self.produce_iteration(inst, pipeline, &body.params, &all, &state)?;
         }
         let yielded = self.region_insts(body)?;
+        self.loop_counter = outer_counter;
         if pipeline.is_none() && !state.is_empty() {
             // Where the ring stands after the TMA loops of the body.
             next_state = self.ring_start();
@@ -372,6 +382,8 @@ impl Lowering<'_> {
         self.shared_tiles.clear();
         self.buffered.clear();
         self.once_loads.clear();
+        self.releases.clear();
+        self.loop_counter = None;
         self.hoisted.clear();
         self.converted.clear();
         self.narrowed.clear();

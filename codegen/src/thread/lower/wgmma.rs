@@ -40,6 +40,11 @@ impl InFlight {
         self.dots.is_empty()
     }
 
+    /// Whether the `dot` of result `value` is in flight.
+    pub fn holds(&self, value: Value) -> bool {
+        self.dots.iter().any(|&(v, _)| v == value)
+    }
+
     /// Into a region: its ops see none of the `dot`s in flight around it (an `if` waits before
     /// it for those its branches use; a loop for all). Returns those, for [`Self::leave`].
     pub fn enter(&mut self) -> InFlight {
@@ -232,6 +237,8 @@ impl Lowering<'_> {
             let passed = waited.by_ref().take(regs.len()).collect();
             self.bind(value, passed);
         }
+        let done: Vec<Value> = done.iter().map(|&(value, _)| value).collect();
+        self.release_waited(&done);
     }
 
     /// The staged tile of dot operand `value`.
