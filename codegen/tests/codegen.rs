@@ -1098,6 +1098,62 @@ fn two_warpgroup_gemm() -> (
     (program, emulated)
 }
 
+/// A tile staged from registers for `wgmma` (the D64 forward's Q, which it scales in
+/// registers) is fenced for the async proxy before the barrier that precedes its first read:
+/// without the fence the emulator refuses the read. Barriers with nothing staged since the last
+/// one carry no fence: the key loop's, once per iteration, stays unfenced (a `MEMBAR.ALL.CTA`
+/// each in the SASS otherwise).
+#[test]
+fn staged_tiles_are_fenced_for_wgmma_and_nothing_else_is() {
+    use kiln_codegen::thread::{Block, Op};
+    let case = case("attention_fwd_bf16_d64_sm_90a");
+    let run = cases::runs(&case).swap_remove(0);
+    let [x, y, z] = run.grid;
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    // Every barrier in a loop body, and whether a fence comes right before it.
+    fn loop_barriers(block: &Block, in_loop: bool, out: &mut Vec<bool>) {
+        for (i, inst) in block.insts.iter().enumerate() {
+            if in_loop && matches!(inst.op, Op::Barrier) {
+                out.push(i > 0 && matches!(block.insts[i - 1].op, Op::FenceProxyAsync));
+            }
+            match &inst.op {
+                Op::For { body, .. } => loop_barriers(body, true, out),
+                Op::If {
+                    then_block,
+                    else_block,
+                    ..
+                } => {
+                    loop_barriers(then_block, in_loop, out);
+                    loop_barriers(else_block, in_loop, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut fenced = Vec::new();
+    loop_barriers(&program.body, false, &mut fenced);
+    assert!(
+        !fenced.is_empty(),
+        "the key loops meet at a barrier\n{program}"
+    );
+    assert!(
+        fenced.iter().all(|&f| !f),
+        "a loop barrier is fenced: {fenced:?}\n{program}"
+    );
+    let mut unfenced = program.clone();
+    drop_insts(&mut unfenced.body, &|op| matches!(op, Op::FenceProxyAsync));
+    let err = emulated(&unfenced).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("without a fence.proxy.async before a wgmma reads it"),
+        "{err}"
+    );
+}
+
 /// The wgmma GEMM writes C by TMA (a swizzled shared tile, a proxy fence and a barrier, one
 /// lane's bulk copy, its wait at the end): without the barrier the copy reads what other threads
 /// wrote unordered, without the fence what the async proxy may not see yet, without the wait

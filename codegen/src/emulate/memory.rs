@@ -209,11 +209,29 @@ impl Shared {
     /// A `wgmma`'s read of an operand element: a read by `thread` (the warpgroup's first), whose
     /// bytes stay read until its group is waited for.
     pub fn read_async(&mut self, offset: u64, ty: Type, thread: u32) -> Result<u64, String> {
+        for at in self.range(offset, ty)? {
+            self.check_fenced(at, "a wgmma")?;
+        }
         let bits = self.read(offset, ty, thread)?;
         for at in self.range(offset, ty)? {
             self.async_reads[at] = self.open_group;
         }
         Ok(bits)
+    }
+
+    /// That shared byte `at`, if a thread wrote it (not a TMA copy), was fenced by its writer
+    /// (`fence.proxy.async`) before `reader`, of the async proxy, reads it.
+    fn check_fenced(&self, at: usize, reader: &str) -> Result<(), String> {
+        let write = self.writes[at];
+        let fenced = self.fenced.get(write.thread as usize);
+        if write.touched && fenced.is_some_and(|&f| f < write.time) {
+            return Err(format!(
+                "shared byte {at} written by thread {} without a fence.proxy.async before {reader} \
+                 reads it",
+                write.thread
+            ));
+        }
+        Ok(())
     }
 
     /// `wgmma.commit_group`.
@@ -261,15 +279,7 @@ impl Shared {
     ) -> Result<Vec<u8>, String> {
         let mut bytes = Vec::with_capacity(len);
         for at in offset..offset + len as u64 {
-            let write = self.writes[at as usize];
-            let fenced = self.fenced.get(write.thread as usize);
-            if write.touched && fenced.is_some_and(|&f| f < write.time) {
-                return Err(format!(
-                    "shared byte {at} written by thread {} without a fence.proxy.async before a \
-                     TMA store reads it",
-                    write.thread
-                ));
-            }
+            self.check_fenced(at as usize, "a TMA store")?;
             bytes.push(self.read(at, Type::I8, thread)? as u8);
             self.store_reads[at as usize] = Some(thread);
         }

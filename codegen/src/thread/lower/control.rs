@@ -73,6 +73,23 @@ impl Lowering<'_> {
             .collect()
     }
 
+    /// Whether `inst`'s regions write staged tiles from registers (`ConversionKind::Stage`,
+    /// generic-proxy writes that a barrier must fence for `wgmma`).
+    fn stages_in(&self, inst: &TileInst) -> bool {
+        let mut stages = false;
+        let mut next = self.current_inst + 1;
+        for nested in crate::layout::nested_regions(&inst.op) {
+            crate::layout::walk_insts(nested, &mut next, &mut |index, _| {
+                stages |= self
+                    .layouts
+                    .conversions_at(index)
+                    .iter()
+                    .any(|c| c.kind == crate::layout::ConversionKind::Stage);
+            });
+        }
+        stages
+    }
+
     /// A `for`; a pipelined one ([`super::pipeline`]) carries its buffer slot beside the
     /// tile values, after a prologue, and drains its copies after it.
     pub(super) fn for_loop(
@@ -145,8 +162,13 @@ impl Lowering<'_> {
             let ring = self.carry(start, &mut flat_init, &mut flat_params);
             self.ring = Some([ring[0], ring[1]]);
         }
-        // Staged tiles: the body may follow its own last iteration, and the loop may not run.
-        self.pending = Pending::unknown();
+        // Staged tiles: the body may follow its own last iteration, and the loop may not run;
+        // writes are pending only if some were before it or the body stages tiles.
+        let pending = Pending {
+            reads: true,
+            writes: self.pending.writes || self.stages_in(inst),
+        };
+        self.pending = pending;
         let body = self.nested_block(
             body,
             |this| match &pipeline {
@@ -171,7 +193,7 @@ impl Lowering<'_> {
         );
         self.loop_counter = outer_counter;
         let (body_block, _) = body?;
-        self.pending = Pending::unknown();
+        self.pending = pending;
         let results = self.fresh(&init);
         let mut flat_results: Vec<Reg> = results.iter().flatten().copied().collect();
         let state_end: Vec<Reg> = state.iter().map(|_| self.new_reg(Type::I32)).collect();

@@ -70,16 +70,6 @@ pub(super) struct Pending {
     pub writes: bool,
 }
 
-impl Pending {
-    /// What may be pending where control flow joins, or at a loop's head: anything.
-    pub fn unknown() -> Pending {
-        Pending {
-            reads: true,
-            writes: true,
-        }
-    }
-}
-
 /// Staged tiles are aligned to 128 bytes (one pass over the 32 banks), or to 1024 where `wgmma`
 /// reads them: its swizzle acts on address bits up to 1024.
 pub(super) fn tile_align(layouts: &LayoutAssignment) -> u32 {

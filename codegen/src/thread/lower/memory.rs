@@ -516,6 +516,8 @@ impl Lowering<'_> {
     /// proxy first.
     fn band_barrier(&mut self, bands: usize) -> Option<Reg> {
         if bands == 1 {
+            // The block's barrier fences where writes are pending: these are.
+            self.pending.writes = true;
             self.barrier();
             return None;
         }

@@ -483,8 +483,9 @@ impl Lowering<'_> {
         self.pending = dot::Pending::default();
     }
 
-    /// What a barrier is: `bar.sync`, after a proxy fence where `wgmma` reads shared memory
-    /// (what threads wrote becomes visible to the tensor cores' async proxy).
+    /// What a barrier is: `bar.sync`, after a proxy fence where `wgmma` reads shared memory and
+    /// staged writes are pending (what threads wrote becomes visible to the tensor cores' async
+    /// proxy; with none pending the fence would only stall, `MEMBAR.ALL.CTA`, every iteration).
     pub(super) fn barrier_ops(&self) -> Vec<Op> {
         let barrier = match self.consumer_barrier {
             Some(id) => Op::NamedBarrier {
@@ -496,7 +497,7 @@ impl Lowering<'_> {
             None => Op::Barrier,
         };
         let mut ops = vec![barrier];
-        if self.layouts.uses_wgmma() {
+        if self.layouts.uses_wgmma() && self.pending.writes {
             ops.insert(0, Op::FenceProxyAsync);
         }
         ops

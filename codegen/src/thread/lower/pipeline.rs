@@ -304,6 +304,8 @@ impl Lowering<'_> {
                 self.emit_effect(Op::CpAsyncWait {
                     pending: stages - 2,
                 });
+                // `cp.async` writes in the generic proxy, which `wgmma` must see fenced.
+                self.pending.writes = true;
                 self.barrier();
             }
         }
