@@ -975,18 +975,9 @@ impl Lowering<'_> {
         load: &OnceLoad,
     ) -> Result<()> {
         let value = load.value;
-        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
-            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
         let start = self.next_staged;
         self.next_staged += aligned_tile_bytes(self.kernel, self.layouts, value);
-        self.shared_tiles.insert(
-            value,
-            SharedTile {
-                base: SharedBase::Fixed(start),
-                layout: load.shared.swizzled([rows, cols]),
-                elem: memory_type(self.dtype(value)),
-            },
-        );
+        self.place_once_tile(inst, load, start)?;
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
         let index = self.i32_const(rank as i64);
@@ -1002,6 +993,28 @@ impl Lowering<'_> {
         self.copy_whole_tile(inst, ptr, load, start, bar)?;
         let first_phase = self.i32_const(0);
         self.once_loads.push((value, Some((bar, first_phase))));
+        Ok(())
+    }
+
+    /// The shared tile of one-shot or refilled load `load`, at byte `offset`: where `dot`s
+    /// read its value.
+    pub(super) fn place_once_tile(
+        &mut self,
+        inst: &TileInst,
+        load: &OnceLoad,
+        offset: u32,
+    ) -> Result<()> {
+        let value = load.value;
+        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
+            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
+        self.shared_tiles.insert(
+            value,
+            SharedTile {
+                base: SharedBase::Fixed(offset),
+                layout: load.shared.swizzled([rows, cols]),
+                elem: memory_type(self.dtype(value)),
+            },
+        );
         Ok(())
     }
 

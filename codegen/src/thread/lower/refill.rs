@@ -16,9 +16,9 @@
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
+use super::dot::aligned_tile_bytes;
 use super::pipeline::MBARRIER_BYTES;
-use super::{Lowering, Result, memory_type, unsupported};
+use super::{Lowering, Result, unsupported};
 use crate::layout::OnceLoad;
 use crate::thread::ir::{IntOp, Op, Reg, Type};
 
@@ -110,20 +110,11 @@ impl Lowering<'_> {
         rank: usize,
         load: &OnceLoad,
     ) -> Result<()> {
-        let value = load.value;
-        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
-            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
-        self.shared_tiles.insert(
-            value,
-            SharedTile {
-                base: SharedBase::Fixed(self.refilled_tile(rank)),
-                layout: load.shared.swizzled([rows, cols]),
-                elem: memory_type(self.dtype(value)),
-            },
-        );
+        let offset = self.refilled_tile(rank);
+        self.place_once_tile(inst, load, offset)?;
         let parity = self.iteration_parity(inst)?;
         let [full, _] = self.refill_barriers(rank);
-        self.once_loads.push((value, Some((full, parity))));
+        self.once_loads.push((load.value, Some((full, parity))));
         Ok(())
     }
 
