@@ -19,6 +19,12 @@
 //! (one more V tile in shared memory); without, the second loop's last iteration also scores a
 //! block past the end, which the mask empties: work for nothing, up to 10% of a program of 8
 //! key blocks (docs/PERF.md, 2026-11-26, eighth session).
+//!
+//! With `PERSISTENT` (a configuration with a producer, `kiln tune`'s `:persistent`; no table
+//! entry: it tied the one-program-per-block forward without a mask and lost with one,
+//! docs/PERF.md, thirteenth session) one program an SM loops over every head's query blocks
+//! (`persistent` below), its producer copying each block's Q and first K tile while the block
+//! before finishes.
 
 use kiln_dsl::{kernel, kernel_fn};
 
