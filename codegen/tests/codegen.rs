@@ -1419,7 +1419,8 @@ fn a_producer_warpgroup_issues_the_forwards_copies() {
 /// writes, bit for bit (the same products and sums in the same order; that one is checked against
 /// f64 in `kiln-tests`): causal or not, three query blocks of two heads (six tiles) taken by one,
 /// four (a full round then a short one: causal, the full round's order reversed in the next)
-/// and six programs. Outputs start poisoned: every row is written, none twice differently.
+/// and six programs. Outputs start poisoned: every row is written, none twice differently. Its
+/// launch runs at most one program a tile, and refuses a negative scale, naming it.
 #[test]
 fn a_persistent_forward_writes_what_one_program_per_block_does() {
     use kiln_kernels::attention::check::LayoutKind;
@@ -1475,6 +1476,23 @@ fn a_persistent_forward_writes_what_one_program_per_block_does() {
             kiln_dsl::run(&kernel, Grid::new(x, y, z), &args).unwrap();
             [o, lse]
         };
+        // Six tiles: a launch runs at most as many programs, and at most one an SM.
+        let launch = plan::forward_with(&p, &layouts, Target::Sm90a, table.persistent()).unwrap();
+        assert_eq!(launch.grid, [6, 1, 1]);
+        assert_eq!(launch.grid_within(4), [4, 1, 1]);
+        assert_eq!(launch.grid_within(132), [6, 1, 1]);
+        // Q goes to the tensor cores as loaded: a negative scale is refused, named.
+        let negative = AttentionParams {
+            softmax_scale: -0.125,
+            ..p
+        };
+        let refusal = plan::forward_with(&negative, &layouts, Target::Sm90a, table.persistent())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refusal.contains("softmax_scale = -0.125") && refusal.contains("persistent"),
+            "{refusal}"
+        );
         let expected = forward(table, None);
         for programs in [1, 4, 6] {
             let got = forward(table.persistent(), Some(programs));
@@ -2732,13 +2750,13 @@ fn wgmma_refusals_name_the_reason() {
 // ---- the GPU test's PTX, and ptxas ----
 
 /// kiln-runtime's GPU test carries the PTX of its cases (so that it needs no LLVM), but of the
-/// attention cases, which are the shipped specialisations and run from kiln-kernels' PTX: each
-/// file is exactly what codegen makes of its case today, and `ptx/mod.rs` lists them all.
+/// shipped attention specialisations, which run from kiln-kernels' PTX: each file is exactly
+/// what codegen makes of its case today, and `ptx/mod.rs` lists them all.
 #[test]
 fn the_gpu_tests_ptx_is_up_to_date() {
     let cases: Vec<cases::Case> = cases::cases()
         .into_iter()
-        .filter(|c| !is_attention(c))
+        .filter(|c| prebuilt::ptx(&c.name).is_none())
         .collect();
     let compiled: Vec<(String, Compiled)> = cases
         .iter()
@@ -2746,7 +2764,7 @@ fn the_gpu_tests_ptx_is_up_to_date() {
         .collect();
     check_ptx_dir(
         &manifest_path("../runtime/tests/gpu/ptx"),
-        "the PTX\n//! of every GPU test case but the attention kernels (kiln-kernels ships those)",
+        "the PTX\n//! of every GPU test case but the attention specialisations kiln-kernels ships",
         &compiled,
     );
 }

@@ -15,7 +15,9 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionParams, Tensor, cpu, plan, prebuilt};
+use kiln_kernels::attention::{
+    AttentionKernel, AttentionParams, KernelConfig, Tensor, cpu, plan, prebuilt,
+};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -402,6 +404,30 @@ pub fn cases() -> Vec<Case> {
             target: s.target,
             wgmma: s.config.wgmma,
             producer: s.config.producer,
+        });
+    }
+    // The persistent D128 forward, which no table entry uses but `kiln tune` tries: one program
+    // looping over every block ([`attention_runs`]).
+    for causal in [false, true] {
+        let p = attention_params(BF16, 128, causal, 4096, 4096);
+        let config = KernelConfig::new(128, 128, 8, 2)
+            .on_wgmma()
+            .with_producer()
+            .persistent();
+        let kernel = AttentionKernel::Forward
+            .build(&p.spec(AttentionKernel::Forward, config))
+            .expect("the persistent forward builds");
+        let mask = if causal { "_causal" } else { "" };
+        cases.push(Case {
+            name: format!("attention_fwd_bf16_d128{mask}_persistent_sm_90a"),
+            divisibility: prebuilt::divisibility(AttentionKernel::Forward),
+            tolerance: attention_tolerance("attention_fwd", BF16),
+            kernel,
+            num_warps: config.num_warps,
+            num_stages: config.num_stages,
+            target: Target::Sm90a,
+            wgmma: true,
+            producer: true,
         });
     }
     for target in Target::ALL {
