@@ -408,7 +408,7 @@ impl Lowering<'_> {
             // The last reduction may still read the tile (every thread waits: only the issuing
             // lanes have bulk groups).
             self.emit_effect(Op::BulkWaitRead);
-            self.band_barrier(store.bands);
+            self.band_barrier(store.bands, false);
         } else if self.pending.reads || self.pending.writes {
             // The TMA loops before it ended at a barrier; anything staged since may still be
             // read.
@@ -417,7 +417,7 @@ impl Lowering<'_> {
         self.write_tile(&map, &regs, &tile, Addressing::Shared);
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
         // writes are fenced and met (the whole block's where one band is all rows).
-        let warpgroup = self.band_barrier(store.bands);
+        let warpgroup = self.band_barrier(store.bands, true);
         let in_group = match warpgroup {
             None => self.tid,
             Some(_) => {
@@ -512,12 +512,12 @@ impl Lowering<'_> {
 
     /// Where a tile goes through shared memory in `bands` bands of rows: with one band, a
     /// barrier of the block; with more, each warpgroup meets its own warps on a named barrier
-    /// after the turns' ones and gets its index (the band it holds). Both fence the async
-    /// proxy first.
-    fn band_barrier(&mut self, bands: usize) -> Option<Reg> {
+    /// after the turns' ones and gets its index (the band it holds). After the tile's writes
+    /// (`written`) both fence the async proxy first, which the TMA copies read.
+    fn band_barrier(&mut self, bands: usize, written: bool) -> Option<Reg> {
         if bands == 1 {
-            // The block's barrier fences where writes are pending: these are.
-            self.pending.writes = true;
+            // The block's barrier fences where staged writes are pending.
+            self.pending.writes |= written;
             self.barrier();
             return None;
         }
@@ -525,7 +525,9 @@ impl Lowering<'_> {
         let warpgroup = self.int(IntOp::LShr, self.tid, shift);
         let free = self.i32_const(FIRST_TURN + bands as i64);
         let id = self.int(IntOp::Add, warpgroup, free);
-        self.emit_effect(Op::FenceProxyAsync);
+        if written {
+            self.emit_effect(Op::FenceProxyAsync);
+        }
         self.emit_effect(Op::NamedBarrier {
             id,
             threads: WARPGROUP_THREADS,
