@@ -411,22 +411,22 @@ fn persistent<
         // before's last V tile, then Q (freed after the loops of the block before).
         let k_first_tile = load(k_block, [0]);
         let prev_batch = prev_head / heads_q;
-        let (_, prev_v_block) = key_blocks::<T, HEAD_DIM, BLOCK_N>(
-            k,
-            v,
-            batches,
-            heads_kv,
-            seqlen_k,
-            k_batch_stride,
-            k_head_stride,
-            k_seq_stride,
-            v_batch_stride,
-            v_head_stride,
-            v_seq_stride,
-            prev_batch,
-            prev_head % heads_q / group,
+        let prev_head_q = prev_head % heads_q;
+        let v_last = load(
+            head_rows_from::<T, HEAD_DIM, BLOCK_N>(
+                v,
+                batches,
+                heads_kv,
+                seqlen_k,
+                v_batch_stride,
+                v_head_stride,
+                v_seq_stride,
+                prev_batch,
+                prev_head_q / group,
+                prev_v_row,
+            ),
+            [0],
         );
-        let v_last = load(advance(prev_v_block, [prev_v_row, 0]), [0]);
         let q_tile = load(
             head_rows_from::<T, HEAD_DIM, BLOCK_M>(
                 q,
@@ -461,7 +461,7 @@ fn persistent<
             prev_m,
             prev_m * BLOCK_M + arange(0, BLOCK_M),
             prev_batch,
-            prev_head % heads_q,
+            prev_head_q,
             prev_head,
         );
         let qk = scores::<CAUSAL, BLOCK_N>(qk, 0, full_end, offs_m, shift, seqlen_k);

@@ -73,21 +73,24 @@ impl Lowering<'_> {
             .collect()
     }
 
-    /// Whether `inst`'s regions write staged tiles from registers (`ConversionKind::Stage`,
-    /// generic-proxy writes that a barrier must fence for `wgmma`).
-    fn stages_in(&self, inst: &TileInst) -> bool {
-        let mut stages = false;
+    /// Whether `body`, of the `for` being lowered, holds an instruction (by pre-order index)
+    /// for which `holds` is true.
+    pub(super) fn any_in_body(&self, body: &Region, holds: impl Fn(usize) -> bool) -> bool {
         let mut next = self.current_inst + 1;
-        for nested in crate::layout::nested_regions(&inst.op) {
-            crate::layout::walk_insts(nested, &mut next, &mut |index, _| {
-                stages |= self
-                    .layouts
-                    .conversions_at(index)
-                    .iter()
-                    .any(|c| c.kind == crate::layout::ConversionKind::Stage);
-            });
-        }
-        stages
+        let mut any = false;
+        crate::layout::walk_insts(body, &mut next, &mut |index, _| any |= holds(index));
+        any
+    }
+
+    /// Whether `body`, of the `for` being lowered, writes staged tiles from registers
+    /// (`ConversionKind::Stage`, generic-proxy writes that a barrier must fence for `wgmma`).
+    fn stages_in(&self, body: &Region) -> bool {
+        self.any_in_body(body, |index| {
+            self.layouts
+                .conversions_at(index)
+                .iter()
+                .any(|c| c.kind == crate::layout::ConversionKind::Stage)
+        })
     }
 
     /// A `for`; a pipelined one ([`super::pipeline`]) carries its buffer slot beside the
@@ -166,7 +169,7 @@ impl Lowering<'_> {
         // writes are pending only if some were before it or the body stages tiles.
         let pending = Pending {
             reads: true,
-            writes: self.pending.writes || self.stages_in(inst),
+            writes: self.pending.writes || self.stages_in(body),
         };
         self.pending = pending;
         let body = self.nested_block(

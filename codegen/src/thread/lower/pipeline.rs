@@ -552,7 +552,7 @@ impl Lowering<'_> {
     }
 
     /// The `mbarrier` of buffer `slot` (an i32 register).
-    fn barrier_of(&mut self, barriers: u32, slot: Reg) -> Reg {
+    pub(super) fn barrier_of(&mut self, barriers: u32, slot: Reg) -> Reg {
         let bytes = self.i32_const(MBARRIER_BYTES as i64);
         let offset = self.int(IntOp::Mul, slot, bytes);
         self.shared_slot(barriers, offset, Type::I8)

@@ -423,15 +423,11 @@ impl Lowering<'_> {
         if self.role == Role::Whole {
             return false;
         }
-        let mut next = self.current_inst + 1;
-        let mut nests = false;
-        walk_insts(body, &mut next, &mut |index, _| {
-            nests |= self
-                .layouts
+        self.any_in_body(body, |index| {
+            self.layouts
                 .pipeline_at(index)
-                .is_some_and(|p| p.uses_tma());
-        });
-        nests
+                .is_some_and(|p| p.uses_tma())
+        })
     }
 
     /// The ring's slot and phase where the next TMA loop starts: where the last one stopped,

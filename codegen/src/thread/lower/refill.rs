@@ -17,10 +17,9 @@
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
 use super::dot::aligned_tile_bytes;
-use super::pipeline::MBARRIER_BYTES;
 use super::{Lowering, Result, unsupported};
 use crate::layout::OnceLoad;
-use crate::thread::ir::{IntOp, Op, Reg, Type};
+use crate::thread::ir::{IntOp, Op, Reg};
 
 impl Lowering<'_> {
     /// The shared offset of refilled load `rank`'s tile: the refilled tiles before it, in
@@ -39,8 +38,8 @@ impl Lowering<'_> {
     fn refill_barriers(&mut self, rank: usize) -> [Reg; 2] {
         let loads = self.layouts.tma_once_loads().count();
         [rank, loads + rank].map(|slot| {
-            let offset = self.i32_const((slot as u32 * MBARRIER_BYTES) as i64);
-            self.shared_slot(self.once_barriers, offset, Type::I8)
+            let slot = self.i32_const(slot as i64);
+            self.barrier_of(self.once_barriers, slot)
         })
     }
 
