@@ -20,7 +20,7 @@
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
-//! 8192 (causal, half the keys), where other forward blocks than the entry's own measured faster;
+//! 4096 (causal, half the keys), where other forward blocks than the entry's own measured faster;
 //! each ships as a specialisation of its own (`_short`, `_long`) and the launch picks it by
 //! `seqlen_q` and `seqlen_k`.
 //!
@@ -249,7 +249,8 @@ impl AttentionConfig {
 pub enum KeyLength {
     /// Up to [`KeyLength::SHORT_UP_TO`] keys a program on average.
     Short,
-    /// What the table's entries were tuned at (seqlen 4k).
+    /// Between the two: the table's own entries (tuned at seqlen 4k, where the others have no
+    /// specialisation of their own).
     Medium,
     /// From [`KeyLength::LONG_FROM`] keys a program on average.
     Long,
@@ -258,7 +259,7 @@ pub enum KeyLength {
 impl KeyLength {
     pub const ALL: [KeyLength; 3] = [KeyLength::Short, KeyLength::Medium, KeyLength::Long];
     pub const SHORT_UP_TO: usize = 512;
-    pub const LONG_FROM: usize = 8192;
+    pub const LONG_FROM: usize = 4096;
 
     /// The range of a call: by its keys, or causal by what a query row that sees keys sees on
     /// average, `seqlen_k - min(seqlen_q, seqlen_k) / 2` (the mask is aligned bottom-right: with
@@ -282,7 +283,7 @@ impl KeyLength {
     pub fn example_seqlen(self, causal: bool) -> usize {
         let keys = match self {
             KeyLength::Short => KeyLength::SHORT_UP_TO,
-            KeyLength::Medium => 4096,
+            KeyLength::Medium => 2048,
             KeyLength::Long => KeyLength::LONG_FROM,
         };
         if causal { 2 * keys } else { keys }
@@ -378,9 +379,11 @@ pub fn config(
     };
     // Where other blocks measured faster for short or long sequences (`kiln tune --seqlen`,
     // sustained timing, H200, docs/PERF.md, 2026-11-26, eighth session): D64's forward in
-    // 256 x 64 of 16 warps from 8k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
-    // causal 1.04x at 16k; 0.94-0.96x at 4k), D128's causal one in 64 x 64 of one warpgroup
-    // up to 512 (1.04x at 1k; 0.93x at 2k).
+    // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
+    // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
+    // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
+    // 175-177, fourteenth session), D128's causal one in 64 x 64 of one warpgroup up to 512
+    // (1.04x at 1k; 0.93x at 2k).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
         (Target::Sm90a, 128, true, KeyLength::Short) => c(64, 64, 4, 2).on_wgmma(),
@@ -467,13 +470,13 @@ mod tests {
         use KeyLength::*;
         assert_eq!(KeyLength::of(512, 512, false), Short);
         assert_eq!(KeyLength::of(513, 513, false), Medium);
-        assert_eq!(KeyLength::of(8191, 8191, false), Medium);
-        assert_eq!(KeyLength::of(8192, 8192, false), Long);
+        assert_eq!(KeyLength::of(4095, 4095, false), Medium);
+        assert_eq!(KeyLength::of(4096, 4096, false), Long);
         // Causal, a row sees `seqlen_k - seqlen_q / 2` keys on average.
         assert_eq!(KeyLength::of(1024, 1024, true), Short);
         assert_eq!(KeyLength::of(1026, 1026, true), Medium);
-        assert_eq!(KeyLength::of(8192, 8192, true), Medium);
-        assert_eq!(KeyLength::of(16384, 16384, true), Long);
+        assert_eq!(KeyLength::of(8190, 8190, true), Medium);
+        assert_eq!(KeyLength::of(8192, 8192, true), Long);
         assert_eq!(KeyLength::of(100, 8300, true), Long);
         // More queries than keys: the rows that see keys see half of them on average.
         assert_eq!(KeyLength::of(20000, 100, true), Short);
