@@ -283,7 +283,8 @@ impl KeyLength {
     pub fn example_seqlen(self, causal: bool) -> usize {
         let keys = match self {
             KeyLength::Short => KeyLength::SHORT_UP_TO,
-            KeyLength::Medium => 2048,
+            // Inside the range whatever its bounds: half the long range's start.
+            KeyLength::Medium => KeyLength::LONG_FROM / 2,
             KeyLength::Long => KeyLength::LONG_FROM,
         };
         if causal { 2 * keys } else { keys }
