@@ -709,6 +709,19 @@ fn edit_ops(
     for_each_block(block, &mut |inner| edit_ops(inner, f));
 }
 
+/// For each named-barrier wait in `block` and the blocks nested in it, whether it takes a
+/// warpgroup's turn: the next op fences the `wgmma`s it issues.
+fn turn_waits(block: &mut kiln_codegen::thread::Block, turns: &mut Vec<bool>) {
+    use kiln_codegen::thread::Op;
+    for (i, inst) in block.insts.iter().enumerate() {
+        if let Op::NamedBarrier { wait: true, .. } = inst.op {
+            let next = block.insts.get(i + 1).map(|n| &n.op);
+            turns.push(matches!(next, Some(Op::WgmmaFence)));
+        }
+    }
+    for_each_block(block, &mut |inner| turn_waits(inner, turns));
+}
+
 /// `f` on the blocks nested in `block`'s ops.
 fn for_each_block(
     block: &mut kiln_codegen::thread::Block,
@@ -1512,6 +1525,10 @@ fn a_persistent_forward_writes_what_one_program_per_block_does() {
 /// two heads' blocks (each refilled tile's barriers through two phases). Without the
 /// consumers' arrivals on the refilled tiles' `empty` barriers the producer waits forever;
 /// without the producer's waits on them it copies over a tile the consumers may still read.
+/// Its consumers stage no tile, so their turns run through the program: inside the loop over
+/// blocks every named-barrier wait is a turn taken right before a `wgmma`, none a barrier of
+/// all consumers where a key loop starts or ends; without the turn given at the top, they
+/// deadlock.
 #[test]
 fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
     use kiln_codegen::thread::{Block, Op};
@@ -1546,6 +1563,38 @@ fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
         });
         split.expect("a split by role")
     };
+    let mut apart = program.clone();
+    // Safety (of the test): the pointer is into `apart`, alive and not aliased here.
+    let consumers = unsafe { &mut *roles(&mut apart).1 };
+    let tile_loop = consumers.insts.iter_mut().find_map(|i| match &mut i.op {
+        Op::For { body, .. } => Some(body),
+        _ => None,
+    });
+    let mut waits = Vec::new();
+    turn_waits(tile_loop.expect("the loop over blocks"), &mut waits);
+    assert!(
+        waits.len() >= 3,
+        "a turn for each group of wgmmas: {waits:?}"
+    );
+    assert!(waits.iter().all(|&turn| turn), "{waits:?}\n{program}");
+    // Without the last warpgroup's arrival at the top, warpgroup 0 never gets its first turn.
+    let mut no_first_turn = program.clone();
+    let consumers = unsafe { &mut *roles(&mut no_first_turn).1 };
+    let first_turn = consumers.insts.iter().position(|i| {
+        matches!(
+            i.op,
+            Op::NamedBarrier {
+                wait: false,
+                pred: Some(_),
+                ..
+            }
+        )
+    });
+    consumers
+        .insts
+        .remove(first_turn.expect("the first turn given"));
+    let err = emulated(&no_first_turn).unwrap_err();
+    assert!(err.to_string().contains("deadlock"), "{err}");
     // Refilled tiles' `empty` waits are the producer's waits of every warp (`warps: None`);
     // the ring's name their warps.
     let refill_wait = |op: &Op| matches!(op, Op::MbarrierWait { warps: None, .. });

@@ -195,6 +195,19 @@ impl LayoutAssignment {
         self.uses_wgmma() && self.num_warps > super::wgmma::WARPS_PER_WARPGROUP
     }
 
+    /// Whether the program writes a tile from registers into shared memory where loops'
+    /// buffers are or were (a staged operand, a TMA store's tile): without, consumers of a
+    /// producer share no memory but its buffers and need no barrier among themselves
+    /// (`thread::lower`'s turns through the program).
+    pub fn stages_tiles(&self) -> bool {
+        !self.tma_stores.is_empty()
+            || self
+                .conversions
+                .values()
+                .flatten()
+                .any(|c| c.kind == ConversionKind::Stage)
+    }
+
     /// Whether a TMA loop frees its buffers on `empty` barriers rather than with a `bar.sync`
     /// an iteration: where warpgroups take turns, and where a producer warpgroup fills them.
     pub fn frees_on_barriers(&self) -> bool {

@@ -48,6 +48,7 @@
 //! With a producer warpgroup ([`super::producer`]) the consumers neither set up barriers nor
 //! copy: each iteration waits on its `full` barrier and arrives on its `empty` one, and the
 //! ring's slot and phase go on from one TMA loop into the next; the producer's loop copies.
+//! Consumers that stage no tile drop the `bar.sync`s around the loop too ([`super::turns`]).
 //!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
 //! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier`
@@ -163,8 +164,9 @@ impl Lowering<'_> {
             tma,
             defer_copies: false,
         };
-        // The buffers may still be read by what ran before (an outer loop's last iteration).
-        if self.pending.reads {
+        // The buffers may still be read by what ran before (an outer loop's last iteration);
+        // a producer's copies into them wait for the consumers' `empty` arrivals instead.
+        if self.pending.reads && !(self.consumers_run_apart() && pipeline.tma.is_some()) {
             self.barrier();
         }
         // Where a producer warpgroup fills the buffers, the barriers were set up before the
@@ -466,8 +468,9 @@ impl Lowering<'_> {
                 ..
             }) => {
                 // A producer's ring of buffers goes on into the next TMA loop; the producer
-                // itself waits for nobody.
-                if self.role != Role::Producer {
+                // itself waits for nobody, nor do consumers that stage no tile where the
+                // buffers were.
+                if self.role != Role::Producer && !self.consumers_run_apart() {
                     self.barrier();
                 }
                 if self.role != Role::Whole {

@@ -12,7 +12,8 @@
 //! else:                                      // the consumers, thread ids from 0
 //!     setmaxnreg.inc 232                     // what the producer gave back
 //!     the kernel, each TMA loop's iteration waiting on full(slot) and arriving on empty(slot),
-//!     every block-wide barrier a named one of the consumers
+//!     every block-wide barrier a named one of the consumers (none around the TMA loops where
+//!     they stage no tile: their turns then run through the program, [`super::turns`])
 //! ```
 //!
 //! Both roles walk the same loops in the same order over one ring of buffers: a TMA loop takes
@@ -90,7 +91,12 @@ impl Lowering<'_> {
             increase: true,
             regs: registers.consumer,
         });
+        let program_turns = self.begin_program_turns();
         self.region(body)?;
+        if program_turns {
+            self.pass_turn();
+            self.end_turns();
+        }
         let consumers = self.blocks.pop().unwrap_or_default();
 
         let is_producer = self.icmp(IntCmp::Ult, tid, producers);

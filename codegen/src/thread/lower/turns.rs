@@ -24,6 +24,15 @@
 //! finds the barriers at rest. The turns order no memory: the TMA loop's `full` and `empty`
 //! barriers do ([`super::pipeline`]). The emulator replays every warp's waits apart, one
 //! schedule per emulated launch, and reports a deadlock ([`crate::emulate`]).
+//!
+//! Consumers of a producer ([`super::producer`]) that stage no tile in shared memory meet at
+//! no barrier: the producer's `full` and `empty` barriers order every buffer they read, so
+//! their turns run through the whole program instead (FlashAttention-3's across tiles). The
+//! last warpgroup arrives once at the program's top, every group of `wgmma`s a warpgroup
+//! issues, at any depth, takes a turn and passes it, and warpgroup 0 takes the last one back
+//! at the end: a warpgroup ahead runs on into what follows a loop (a persistent kernel's next
+//! tile) while the others finish it. The warpgroups walk the same control flow (a branch's
+//! condition is a scalar, the same in every thread), so their groups pair up in order.
 
 use super::{Lowering, Result};
 use crate::layout::THREADS_PER_WARP;
@@ -38,13 +47,14 @@ pub(super) const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP
 /// Those after the last warpgroup's are free for other uses.
 pub(super) const FIRST_TURN: i64 = 1;
 
-/// One pipelined loop's turns while its body is lowered.
+/// One pipelined loop's turns while its body is lowered, or the whole program's.
 pub(super) struct Turns {
     /// The named barrier of this warpgroup's turn, and of the next one's.
     own: Reg,
     next: Reg,
-    /// The depth of the body's block: only its own opening `wgmma`s take the turn.
-    depth: usize,
+    /// The depth of the body's block: only its own opening `wgmma`s take the turn; `None`
+    /// where the turns run through the program and every group of `wgmma`s takes one.
+    depth: Option<usize>,
     turn: Turn,
 }
 
@@ -64,6 +74,29 @@ impl Lowering<'_> {
         if !self.layouts.warpgroups_take_turns() || self.turns.is_some() {
             return false;
         }
+        self.start_turns(Some(self.blocks.len() + 1));
+        true
+    }
+
+    /// At the consumers' top: where their warpgroups take turns and stage no tile, starts
+    /// turns that run through their program ([`Self::end_turns`] at its end). Returns whether
+    /// it did.
+    pub(super) fn begin_program_turns(&mut self) -> bool {
+        if !self.layouts.warpgroups_take_turns() || self.layouts.stages_tiles() {
+            return false;
+        }
+        self.start_turns(None);
+        true
+    }
+
+    /// Whether the consumers run apart through the whole program: they meet at no barrier
+    /// after a TMA loop or before one ([`super::pipeline`]).
+    pub(super) fn consumers_run_apart(&self) -> bool {
+        self.turns.as_ref().is_some_and(|t| t.depth.is_none())
+    }
+
+    /// Gives warpgroup 0 the first turn: the last warpgroup arrives on its barrier.
+    fn start_turns(&mut self, depth: Option<usize>) {
         let warpgroups = (self.threads / WARPGROUP_THREADS) as i64;
         let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
         let warpgroup = self.int(IntOp::LShr, self.tid, shift);
@@ -90,10 +123,9 @@ impl Lowering<'_> {
         self.turns = Some(Turns {
             own,
             next,
-            depth: self.blocks.len() + 1,
+            depth,
             turn: Turn::Waiting,
         });
-        true
     }
 
     /// Before the first `wgmma` of the body taking turns: waits for this warpgroup's.
@@ -107,18 +139,20 @@ impl Lowering<'_> {
     }
 
     /// Moves the turn of the body being lowered on from `from`, in the body's own block:
-    /// waiting, it waits on this warpgroup's barrier; holding, it arrives on the next one's.
+    /// waiting, it waits on this warpgroup's barrier; holding, it arrives on the next one's
+    /// (and waits for the next turn where the turns run through the program).
     fn move_turn(&mut self, from: Turn) {
         let depth = self.blocks.len();
         let Some(turns) = self.turns.as_mut() else {
             return;
         };
-        if turns.depth != depth || turns.turn != from {
+        if turns.depth.is_some_and(|d| d != depth) || turns.turn != from {
             return;
         }
-        let (to, id, wait) = match from {
-            Turn::Waiting => (Turn::Holding, turns.own, true),
-            _ => (Turn::Passed, turns.next, false),
+        let (to, id, wait) = match (from, turns.depth) {
+            (Turn::Waiting, _) => (Turn::Holding, turns.own, true),
+            (_, Some(_)) => (Turn::Passed, turns.next, false),
+            (_, None) => (Turn::Waiting, turns.next, false),
         };
         turns.turn = to;
         self.emit_effect(Op::NamedBarrier {
@@ -142,8 +176,8 @@ impl Lowering<'_> {
         }
     }
 
-    /// After the loop, before its closing `bar.sync`: warpgroup 0 takes back the turn the last
-    /// warpgroup passed it last.
+    /// After the loop, before its closing `bar.sync` (or at the end of a program its turns run
+    /// through): warpgroup 0 takes back the turn the last warpgroup passed it last.
     pub(super) fn end_turns(&mut self) {
         if self.turns.take().is_none() {
             return;
