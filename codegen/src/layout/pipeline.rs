@@ -105,12 +105,20 @@ pub struct OnceLoad {
     /// are waited for), and the producer copies the next iteration's (a `full` and an `empty`
     /// `mbarrier` of its own). `None` at the top level: copied once.
     pub released_after: Option<usize>,
+    /// Refilled into the slot of the ring the loop's TMA loops stream through, in the buffer of
+    /// the ring's load of this index, rather than into a tile of its own ([`ring_refills`]).
+    pub ring: Option<usize>,
 }
 
 impl OnceLoad {
     /// Whether it is copied once an iteration of a loop, by the producer.
     pub fn refills(&self) -> bool {
         self.released_after.is_some()
+    }
+
+    /// Whether it has a shared tile of its own (not a slot of the ring).
+    pub fn has_tile(&self) -> bool {
+        self.ring.is_none()
     }
 }
 
@@ -315,10 +323,12 @@ pub(super) fn once_loads(
                 shared,
                 tma,
                 released_after,
+                ring: None,
             };
             once.insert(inst_index, load);
         }
     }
+    ring_refills(kernel, assignment, &mut once);
     for load in once.values() {
         for conversions in assignment.conversions.values_mut() {
             conversions.retain(|c| !(c.value == load.value && c.kind == ConversionKind::Stage));
@@ -326,6 +336,67 @@ pub(super) fn once_loads(
     }
     assignment.conversions.retain(|_, c| !c.is_empty());
     once
+}
+
+/// With a producer, the refilled loads at the top of a loop over tiles that fill one slot of the
+/// ring its TMA loops stream through take that slot instead of tiles of their own, and the ring
+/// runs on across tiles (FlashAttention-3's): one load of each size of the ring's loads, in
+/// their order, before the body's first TMA loop, each last read before that loop too (a slot
+/// held into the loop would leave it one buffer short). The persistent forward's first K and
+/// last V tiles are such a pair; its Q, read by the key loops, keeps a tile of its own.
+fn ring_refills(
+    kernel: &Kernel,
+    assignment: &LayoutAssignment,
+    once: &mut BTreeMap<usize, OnceLoad>,
+) {
+    let mut at = 0;
+    for inst in &kernel.body.insts {
+        let start = at;
+        at += inst_count(inst);
+        let Op::For { body, .. } = &inst.op else {
+            continue;
+        };
+        if !assignment.producer || assignment.pipeline_at(start).is_some() {
+            continue;
+        }
+        // The body's first TMA loop, by pre-order index.
+        let mut first_loop = None;
+        super::walk_insts(body, &mut (start + 1), &mut |index, _| {
+            if first_loop.is_none() && assignment.pipeline_at(index).is_some_and(|p| p.uses_tma())
+            {
+                first_loop = Some(index);
+            }
+        });
+        let Some((first_loop, ring)) =
+            first_loop.and_then(|index| Some((index, assignment.pipeline_at(index)?)))
+        else {
+            continue;
+        };
+        let sized = |value: Value| (kernel.ty(value).shape().to_vec(), kernel.dtype(value));
+        let mut candidates = once
+            .iter()
+            .filter(|&(&index, load)| {
+                index > start
+                    && index < first_loop
+                    && load.released_after.is_some_and(|last| last < first_loop)
+            })
+            .map(|(&index, load)| (index, sized(load.value)));
+        let mut slot = Vec::new();
+        for wanted in ring.loads.iter().map(|l| sized(l.value)) {
+            match candidates.find(|(_, size)| *size == wanted) {
+                Some((index, _)) => slot.push(index),
+                None => break,
+            }
+        }
+        if slot.len() != ring.loads.len() {
+            continue;
+        }
+        for (i, index) in slot.into_iter().enumerate() {
+            if let Some(load) = once.get_mut(&index) {
+                load.ring = Some(i);
+            }
+        }
+    }
 }
 
 /// The `for` that carries each loop-carried body parameter, with the parameter's position

@@ -120,7 +120,12 @@ impl SharedPlan {
             .all_conversions()
             .filter(|c| c.kind == ConversionKind::Stage)
             .map(|c| c.value)
-            .chain(layouts.tma_once_loads().map(|l| l.value))
+            .chain(
+                layouts
+                    .tma_once_loads()
+                    .filter(|l| l.has_tile())
+                    .map(|l| l.value),
+            )
             .map(|value| aligned_tile_bytes(kernel, layouts, value))
             .sum();
         let reduction = staged;
@@ -138,7 +143,7 @@ impl SharedPlan {
         });
         let refilled = layouts
             .tma_once_loads()
-            .filter(|l| l.refills())
+            .filter(|l| l.refills() && l.has_tile())
             .map(|l| aligned_tile_bytes(kernel, layouts, l.value))
             .sum();
         let kinds = if refilled > 0 { 2 } else { 1 };

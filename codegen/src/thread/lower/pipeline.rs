@@ -630,7 +630,7 @@ impl Lowering<'_> {
     /// unswizzled map's box is the whole tile: one copy), completing on `bar`, each from one
     /// lane of the warps where `warps` holds.
     #[allow(clippy::too_many_arguments)]
-    fn copy_tile_by_tma(
+    pub(super) fn copy_tile_by_tma(
         &mut self,
         inst: &TileInst,
         tile: Reg,

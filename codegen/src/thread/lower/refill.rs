@@ -13,13 +13,31 @@
 //! The parity is the loop's iteration count's, `((iv - lower) / step) & 1`: each iteration
 //! completes one phase of each barrier. Refilled tiles lie at the bottom of shared memory, at
 //! offsets both roles compute alike ([`super::dot::SharedPlan`]).
+//!
+//! Refilled loads that fill one slot of the ring the loop's TMA loops stream through
+//! ([`OnceLoad::ring`], the persistent forward's first K and last V tiles) take that slot
+//! instead: the producer waits for the slot's `empty` phase and arrives on its `full` barrier
+//! expecting all of them at the first, copies each into its buffer of the slot, and moves the
+//! ring on after the last; the consumers wait on the slot's `full` barrier where one is first
+//! read and arrive on its `empty` one once the last of them is freed. Their tiles need no
+//! shared memory of their own, and the ring runs on from one tile into the next.
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::aligned_tile_bytes;
-use super::{Lowering, Result, unsupported};
-use crate::layout::OnceLoad;
-use crate::thread::ir::{IntOp, Op, Reg};
+use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
+use super::pipeline::MBARRIER_BYTES;
+use super::{Lowering, Result, memory_type, unsupported};
+use crate::layout::{OnceLoad, THREADS_PER_WARP};
+use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
+
+/// The ring's slot the refilled loads of a tile's top share, while the consumers free it: its
+/// `empty` barrier, and how many of those loads are still to be freed.
+#[derive(Clone, Copy)]
+pub(super) struct SharedSlot {
+    full: Reg,
+    empty: Reg,
+    left: usize,
+}
 
 impl Lowering<'_> {
     /// The shared offset of refilled load `rank`'s tile: the refilled tiles before it, in
@@ -28,7 +46,7 @@ impl Lowering<'_> {
         self.layouts
             .tma_once_loads()
             .take(rank)
-            .filter(|l| l.refills())
+            .filter(|l| l.refills() && l.has_tile())
             .map(|l| aligned_tile_bytes(self.kernel, self.layouts, l.value))
             .sum()
     }
@@ -51,7 +69,7 @@ impl Lowering<'_> {
             .layouts
             .tma_once_loads()
             .enumerate()
-            .filter(|(_, l)| l.refills())
+            .filter(|(_, l)| l.refills() && l.has_tile())
             .map(|(rank, _)| rank)
             .collect();
         for rank in refilled {
@@ -86,6 +104,9 @@ impl Lowering<'_> {
         rank: usize,
         load: &OnceLoad,
     ) -> Result<()> {
+        if let Some(index) = load.ring {
+            return self.produce_into_ring(inst, ptr, index, load);
+        }
         let parity = self.iteration_parity(inst)?;
         let one = self.i32_const(1);
         // A fresh barrier's phase before the first counts as complete.
@@ -109,6 +130,9 @@ impl Lowering<'_> {
         rank: usize,
         load: &OnceLoad,
     ) -> Result<()> {
+        if let Some(index) = load.ring {
+            return self.consume_from_ring(inst, index, load);
+        }
         let offset = self.refilled_tile(rank);
         self.place_once_tile(inst, load, offset)?;
         let parity = self.iteration_parity(inst)?;
@@ -128,10 +152,15 @@ impl Lowering<'_> {
             .map(|(rank, _)| rank)
             .collect();
         for rank in released {
-            let [_, empty] = self.refill_barriers(rank);
+            let empty = match self.shared_slot {
+                Some(slot) if self.layouts.tma_once_loads().nth(rank).is_some_and(|l| !l.has_tile()) => {
+                    slot.empty
+                }
+                _ => self.refill_barriers(rank)[1],
+            };
             match inst.results.first() {
                 Some(&dot) if self.in_flight.holds(dot) => self.releases.push((dot, empty)),
-                _ => self.emit_effect(Op::MbarrierArrive { bar: empty }),
+                _ => self.free_refilled(empty),
             }
         }
     }
@@ -143,7 +172,161 @@ impl Lowering<'_> {
             .partition(|(dot, _)| done.contains(dot));
         self.releases = later;
         for (_, bar) in now {
-            self.emit_effect(Op::MbarrierArrive { bar });
+            self.free_refilled(bar);
         }
+    }
+
+    /// Frees a refilled tile whose `empty` barrier is `bar`: arrives on it, or for a tile of the
+    /// ring's slot, once the slot's last tile is freed.
+    fn free_refilled(&mut self, bar: Reg) {
+        if let Some(slot) = self.shared_slot.as_mut()
+            && slot.empty == bar
+        {
+            slot.left -= 1;
+            if slot.left > 0 {
+                return;
+            }
+            self.shared_slot = None;
+        }
+        self.emit_effect(Op::MbarrierArrive { bar });
+    }
+
+    /// The ring's buffers where the next TMA loop takes them (each of its loads' first buffer
+    /// and bytes), its stages, and its first `full` and `empty` barriers: what that loop's
+    /// prologue will reserve ([`Self::pipeline_prologue`]).
+    fn ring_layout(&self, inst: &TileInst) -> Result<(Vec<(u32, u32)>, u32, [u32; 2])> {
+        let Some((_, ring)) = self.layouts.pipelines().find(|(_, p)| p.uses_tma()) else {
+            return Err(unsupported(inst, "expected a ring of TMA buffers"));
+        };
+        let mut next = self.next_buffer;
+        let buffers = ring
+            .loads
+            .iter()
+            .map(|l| {
+                let bytes = aligned_tile_bytes(self.kernel, self.layouts, l.value);
+                let buffer = (next, bytes);
+                next += ring.stages * bytes;
+                buffer
+            })
+            .collect();
+        let full = self.next_barrier;
+        Ok((
+            buffers,
+            ring.stages,
+            [full, full + ring.stages * MBARRIER_BYTES],
+        ))
+    }
+
+    /// The ring's slot and phase where the tile's top takes its slot.
+    fn ring_state(&self, inst: &TileInst) -> Result<[Reg; 2]> {
+        self.ring
+            .ok_or_else(|| unsupported(inst, "expected a loop carrying the ring"))
+    }
+
+    /// The producer's copy of ring-refilled load `load` (the buffer of the ring's load `index`)
+    /// into the ring's current slot; the first of the slot's loads waits for the slot to be
+    /// freed and arrives expecting all of them, the last moves the ring on.
+    fn produce_into_ring(
+        &mut self,
+        inst: &TileInst,
+        ptr: Value,
+        index: usize,
+        load: &OnceLoad,
+    ) -> Result<()> {
+        let (buffers, stages, [full, empty]) = self.ring_layout(inst)?;
+        let [slot, phase] = self.ring_state(inst)?;
+        let zero = self.i32_const(0);
+        let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
+        let warp_size = self.i32_const(THREADS_PER_WARP as i64);
+        let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
+        let full_bar = self.barrier_of(full, slot);
+        if index == 0 {
+            let one = self.i32_const(1);
+            // A fresh barrier's phase before the first counts as complete.
+            let parity = self.int(IntOp::Xor, phase, one);
+            let empty_bar = self.barrier_of(empty, slot);
+            self.emit_effect(Op::MbarrierWait {
+                bar: empty_bar,
+                parity,
+                warps: Some(issuing_warp),
+            });
+            let bytes = self
+                .ring_members()
+                .map(|value| {
+                    (self.kernel.ty(value).num_elements() * self.dtype(value).size_bytes()) as u32
+                })
+                .sum();
+            self.emit_effect(Op::MbarrierArriveExpectTx {
+                bar: full_bar,
+                bytes,
+                pred: issuer,
+            });
+        }
+        let (first, bytes) = buffers[index];
+        let size = self.i32_const(bytes as i64);
+        let offset = self.int(IntOp::Mul, slot, size);
+        let tile = self.shared_slot(first, offset, Type::I8);
+        let block = super::memory::BlockRegs::from_regs(&self.regs(ptr)?);
+        let crate::layout::TmaLoad { map, leading } = &load.tma;
+        self.copy_tile_by_tma(inst, tile, &block, *map, leading, load.value, full_bar, issuing_warp)?;
+        if index + 1 == buffers.len() {
+            let next = self.advance_ring(stages, &[slot, phase], None);
+            self.ring = Some([next[0], next[1]]);
+        }
+        Ok(())
+    }
+
+    /// The values of the loads that share the ring's slot, in the ring's order.
+    fn ring_members(&self) -> impl Iterator<Item = Value> + '_ {
+        let mut members: Vec<(usize, Value)> = self
+            .layouts
+            .tma_once_loads()
+            .filter_map(|l| Some((l.ring?, l.value)))
+            .collect();
+        members.sort();
+        members.into_iter().map(|(_, value)| value)
+    }
+
+    /// The consumers' side of ring-refilled load `load`: its tile is the ring's current slot's
+    /// buffer of load `index`, there once the slot's `full` phase completes (waited for where it
+    /// is first read); the first of the slot's loads sets up its freeing, the last moves the
+    /// ring on.
+    fn consume_from_ring(&mut self, inst: &TileInst, index: usize, load: &OnceLoad) -> Result<()> {
+        let (buffers, stages, [full, empty]) = self.ring_layout(inst)?;
+        let [slot, phase] = self.ring_state(inst)?;
+        let value = load.value;
+        let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
+            .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
+        let (first, bytes) = buffers[index];
+        self.shared_tiles.insert(
+            value,
+            SharedTile {
+                base: SharedBase::Slot {
+                    buffers: first,
+                    bytes,
+                    slot,
+                },
+                layout: load.shared.swizzled([rows, cols]),
+                elem: memory_type(self.dtype(value)),
+            },
+        );
+        if index == 0 {
+            let full = self.barrier_of(full, slot);
+            let empty = self.barrier_of(empty, slot);
+            self.shared_slot = Some(SharedSlot {
+                full,
+                empty,
+                left: buffers.len(),
+            });
+        }
+        let Some(SharedSlot { full, .. }) = self.shared_slot else {
+            return Err(unsupported(inst, "expected the ring's slot taken by its first load"));
+        };
+        self.once_loads.push((value, Some((full, phase))));
+        if index + 1 == buffers.len() {
+            let next = self.advance_ring(stages, &[slot, phase], None);
+            self.ring = Some([next[0], next[1]]);
+        }
+        Ok(())
     }
 }
