@@ -135,9 +135,10 @@ impl LayoutAssignment {
         self.tma_stores.get(&inst_index)
     }
 
-    /// The `atomic_add`s TMA adds into their arrays ([`super::tma_store`]).
-    pub fn tma_reductions(&self) -> impl Iterator<Item = &TmaStore> {
-        self.tma_stores.values().filter(|s| s.reduce)
+    /// The TMA stores from a tile of their own: the `atomic_add`s TMA adds into their arrays,
+    /// and stores inside loops ([`super::tma_store`]).
+    pub fn own_tile_stores(&self) -> impl Iterator<Item = &TmaStore> {
+        self.tma_stores.values().filter(|s| s.own_tile)
     }
 
     /// The top-level load at `inst_index`, where it copies into its staged tile with TMA, and
@@ -196,11 +197,11 @@ impl LayoutAssignment {
     }
 
     /// Whether the program writes a tile from registers into shared memory where loops'
-    /// buffers are or were (a staged operand, a TMA store's tile): without, consumers of a
+    /// buffers are or were (a staged operand, a TMA store's tile there): without, consumers of a
     /// producer share no memory but its buffers and need no barrier among themselves
     /// (`thread::lower`'s turns through the program).
     pub fn stages_tiles(&self) -> bool {
-        !self.tma_stores.is_empty()
+        self.tma_stores.values().any(|s| !s.own_tile)
             || self
                 .conversions
                 .values()

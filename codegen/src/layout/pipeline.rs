@@ -362,8 +362,7 @@ fn ring_refills(
         // The body's first TMA loop, by pre-order index.
         let mut first_loop = None;
         super::walk_insts(body, &mut (start + 1), &mut |index, _| {
-            if first_loop.is_none() && assignment.pipeline_at(index).is_some_and(|p| p.uses_tma())
-            {
+            if first_loop.is_none() && assignment.pipeline_at(index).is_some_and(|p| p.uses_tma()) {
                 first_loop = Some(index);
             }
         });

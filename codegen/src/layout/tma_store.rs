@@ -29,6 +29,10 @@
 //! [0, 1] (a transposed view of its array) it goes through a shared tile of that order, which is
 //! the array's row-major tile; where each warpgroup holds its own rows of the value, they are
 //! whole slabs.
+//!
+//! With a producer warpgroup, a `store_block` inside a loop (a persistent kernel's output, once
+//! a tile) goes out the same way, from that tile of its own: each warpgroup writes its band once
+//! the last store's reads are done, while the producer's copies for the next tile go on.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,10 +60,12 @@ pub struct TmaStore {
     /// own (the `wgmma` accumulator, warps along M), each stores its band as soon as it has
     /// written it, without waiting for the others (the map's box is one band); else 1.
     pub bands: usize,
-    /// An `atomic_add`: TMA adds the tile into the array, from a shared tile of its own (every
-    /// reduction shares one, see the module doc), rather than storing it from the drained
-    /// loops' buffers.
+    /// An `atomic_add`: TMA adds the tile into the array.
     pub reduce: bool,
+    /// From a shared tile of its own (every such store shares one, see the module doc), the
+    /// last one's reads waited for before writing it, rather than from the drained loops'
+    /// buffers: a reduction, or a store inside a loop.
+    pub own_tile: bool,
 }
 
 impl TmaStore {
@@ -87,6 +93,7 @@ pub(super) fn apply(
         carriers: loop_carriers(&kernel.body),
     };
     let mut stores = stores(&views, assignment);
+    stores.append(&mut stores_in_loops(&views, assignment));
     stores.append(&mut reductions(&views, assignment));
     assignment.tma_stores = stores;
 }
@@ -146,6 +153,46 @@ fn stores(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usiz
         };
         taken += bytes;
         stores.insert(inst_index, store);
+    }
+    stores
+}
+
+/// The `store_block`s inside loops a producer warpgroup feeds (a persistent kernel's output,
+/// once a tile) that TMA copies out of a tile of their own, as reductions: the warpgroups' stores
+/// from registers would queue in the memory pipe while the next tile starts.
+fn stores_in_loops(
+    views: &Views<'_>,
+    assignment: &mut LayoutAssignment,
+) -> BTreeMap<usize, TmaStore> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    for inst in &views.kernel.body.insts {
+        let mut next = at + 1;
+        if matches!(inst.op, Op::For { .. }) {
+            for nested in super::assign::nested_regions(&inst.op) {
+                super::walk_insts(nested, &mut next, &mut |index, inner| {
+                    if let Op::StoreBlock { ptr, value, .. } = &inner.op {
+                        found.push((index, *ptr, *value));
+                    }
+                });
+            }
+        }
+        at += inst_count(inst);
+    }
+    let mut stores = BTreeMap::new();
+    if !assignment.producer {
+        return stores;
+    }
+    for (index, ptr, value) in found {
+        if let Some(store) = through_shared(views, assignment, (ptr, value), false) {
+            stores.insert(
+                index,
+                TmaStore {
+                    own_tile: true,
+                    ..store
+                },
+            );
+        }
     }
     stores
 }
@@ -242,6 +289,7 @@ fn through_shared(
         leading,
         bands,
         reduce,
+        own_tile: reduce,
     })
 }
 

@@ -93,7 +93,7 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 
 /// Where staged tiles go in shared memory: the tiles of refilled TMA loads (a persistent
 /// kernel's per-tile loads, [`super::refill`]) from 0, up to `refilled`; every other staged tile
-/// from there, each at its own place, then from `reduction` the tile TMA reductions share (`atomic_add`s by TMA); above them,
+/// from there, each at its own place, then from `reduction` the tile TMA stores of their own share (`atomic_add`s by TMA, stores in loops); above them,
 /// from `staged`, pipelined loads' buffers, a loop's above those of the loops around
 /// it, so that sibling loops reuse the same bytes (and TMA stores, after the loops, the same
 /// bytes again, one after the other: the layout stage lets them only where they fit); from
@@ -131,7 +131,7 @@ impl SharedPlan {
         let reduction = staged;
         let staged = staged
             + layouts
-                .tma_reductions()
+                .own_tile_stores()
                 .map(|r| aligned_tile_bytes(kernel, layouts, r.value))
                 .max()
                 .unwrap_or(0);

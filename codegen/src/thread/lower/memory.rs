@@ -375,8 +375,8 @@ impl Lowering<'_> {
     /// the turns' ones). The issuing lanes wait for the copies to have read shared memory at
     /// the program's end ([`Op::BulkWaitRead`]).
     ///
-    /// A reduction (an `atomic_add` by TMA) goes through the tile reductions share, in loops
-    /// too: before writing it, the issuing lanes wait for the last reduction's reads and meet
+    /// A reduction (an `atomic_add` by TMA) or a store inside a loop goes through the tile such
+    /// stores share: before writing it, the issuing lanes wait for the last one's reads and meet
     /// the threads that write their rows.
     pub(super) fn store_block_by_tma(
         &mut self,
@@ -391,7 +391,7 @@ impl Lowering<'_> {
         let map = self
             .value_map(inst, store.value)?
             .ok_or_else(|| unsupported(inst, "expected a tile to store by TMA"))?;
-        let start = if store.reduce {
+        let start = if store.own_tile {
             self.reduction_tile
         } else {
             let start = self.next_buffer + self.tma_store_bytes;
@@ -404,9 +404,9 @@ impl Lowering<'_> {
             layout: store.shared.swizzled([rows, cols]),
             elem: memory_type(self.dtype(store.value)),
         };
-        if store.reduce {
-            // The last reduction may still read the tile (every thread waits: only the issuing
-            // lanes have bulk groups).
+        if store.own_tile {
+            // The last store from it may still read the tile (every thread waits: only the
+            // issuing lanes have bulk groups).
             self.emit_effect(Op::BulkWaitRead);
             self.band_barrier(store.bands, false);
         } else if self.pending.reads || self.pending.writes {

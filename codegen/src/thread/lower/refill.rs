@@ -153,7 +153,13 @@ impl Lowering<'_> {
             .collect();
         for rank in released {
             let empty = match self.shared_slot {
-                Some(slot) if self.layouts.tma_once_loads().nth(rank).is_some_and(|l| !l.has_tile()) => {
+                Some(slot)
+                    if self
+                        .layouts
+                        .tma_once_loads()
+                        .nth(rank)
+                        .is_some_and(|l| !l.has_tile()) =>
+                {
                     slot.empty
                 }
                 _ => self.refill_barriers(rank)[1],
@@ -268,7 +274,16 @@ impl Lowering<'_> {
         let tile = self.shared_slot(first, offset, Type::I8);
         let block = super::memory::BlockRegs::from_regs(&self.regs(ptr)?);
         let crate::layout::TmaLoad { map, leading } = &load.tma;
-        self.copy_tile_by_tma(inst, tile, &block, *map, leading, load.value, full_bar, issuing_warp)?;
+        self.copy_tile_by_tma(
+            inst,
+            tile,
+            &block,
+            *map,
+            leading,
+            load.value,
+            full_bar,
+            issuing_warp,
+        )?;
         if index + 1 == buffers.len() {
             let next = self.advance_ring(stages, &[slot, phase], None);
             self.ring = Some([next[0], next[1]]);
@@ -320,7 +335,10 @@ impl Lowering<'_> {
             });
         }
         let Some(SharedSlot { full, .. }) = self.shared_slot else {
-            return Err(unsupported(inst, "expected the ring's slot taken by its first load"));
+            return Err(unsupported(
+                inst,
+                "expected the ring's slot taken by its first load",
+            ));
         };
         self.once_loads.push((value, Some((full, phase))));
         if index + 1 == buffers.len() {
