@@ -64,14 +64,18 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     }
 }
 
-/// Ragged lengths in each range the table tells apart: short, medium, long (and long causal).
+/// Ragged lengths in each range the table tells apart: short, medium, long (and long causal);
+/// a negative scale too, which a persistent forward does not take: the long range's entry runs
+/// instead.
 #[test]
 fn every_planned_launch_finds_its_ptx() {
     for target in Target::ALL {
         for dtype in [DType::F16, DType::BF16] {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
-                    for fused_backward in [false, true] {
+                    for (fused_backward, softmax_scale) in
+                        [(false, 0.1), (true, 0.1), (false, -0.1)]
+                    {
                         for (seqlen_q, seqlen_k) in
                             [(333, 1000), (100, 300), (333, 9000), (9000, 17000)]
                         {
@@ -84,7 +88,7 @@ fn every_planned_launch_finds_its_ptx() {
                                 heads_kv: 2,
                                 head_dim,
                                 causal,
-                                softmax_scale: 0.1,
+                                softmax_scale,
                                 fused_backward,
                             };
                             let q = Layout::contiguous(p.seqlen_q, p.heads_q, head_dim);
@@ -92,6 +96,11 @@ fn every_planned_launch_finds_its_ptx() {
                             let forward =
                                 plan::forward(&p, &ForwardLayouts { q, k, v: k, o: q }, target)
                                     .expect("a valid call");
+                            assert!(
+                                !forward.config.persistent || softmax_scale >= 0.0,
+                                "{}",
+                                forward.name
+                            );
                             let layouts = BackwardLayouts {
                                 q,
                                 k,
@@ -113,6 +122,36 @@ fn every_planned_launch_finds_its_ptx() {
             }
         }
     }
+    // D128 without a mask at 1k: persistent, and with a negative scale the long range's kernel.
+    let p = AttentionParams {
+        dtype: DType::BF16,
+        batch: 1,
+        seqlen_q: 1000,
+        seqlen_k: 1000,
+        heads_q: 2,
+        heads_kv: 2,
+        head_dim: 128,
+        causal: false,
+        softmax_scale: 0.1,
+        fused_backward: false,
+    };
+    let q = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
+    let layouts = ForwardLayouts {
+        q,
+        k: q,
+        v: q,
+        o: q,
+    };
+    let plan = |softmax_scale| {
+        let p = AttentionParams { softmax_scale, ..p };
+        let launch = plan::forward(&p, &layouts, Target::Sm90a).expect("a valid call");
+        (launch.name, launch.config.persistent)
+    };
+    assert_eq!(plan(0.1), ("attention_fwd_bf16_d128_sm_90a".into(), true));
+    assert_eq!(
+        plan(-0.1),
+        ("attention_fwd_bf16_d128_long_sm_90a".into(), false)
+    );
 }
 
 #[test]

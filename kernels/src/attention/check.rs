@@ -329,6 +329,13 @@ pub fn designed_cases() -> Vec<Case> {
         c.params.softmax_scale = scale;
         cases.push(c);
     }
+    // D128 without a mask: the table's forward is persistent, which takes a scale >= 0 (a
+    // negative one runs the long range's entry), over blocks of two heads.
+    for scale in [-0.3, 0.0, 0.2] {
+        let mut c = case(BF16, 1, 300, 333, 2, 1, 128, false);
+        c.params.softmax_scale = scale;
+        cases.push(c);
+    }
     // The fused backward: MHA, GQA and MQA, every head dim, ragged both ways, rows that see no
     // key (their dQ accumulator must stay zero), a strided layout.
     for (mut c, layout) in [

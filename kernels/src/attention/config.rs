@@ -12,7 +12,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (without a mask, persistent but long; causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -22,7 +22,9 @@
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
 //! 4096 (causal, half the keys), where other forward blocks than the entry's own measured faster;
 //! each ships as a specialisation of its own (`_short`, `_long`) and the launch picks it by
-//! `seqlen_q` and `seqlen_k`.
+//! `seqlen_q` and `seqlen_k`. A persistent forward takes a softmax scale >= 0 only: a call with a
+//! negative one runs the long range's entry, which is not persistent
+//! ([`super::plan::forward`]).
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
 //! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
@@ -352,8 +354,13 @@ pub fn config(
             // Two warpgroups taking turns at the tensor cores: 1.19x (1.16x causal) the
             // 64 x 64 blocks of one warpgroup (`kiln tune`, seqlen 8192, docs/PERF.md,
             // 2026-11-25, fifth session); a producer warpgroup issues the copies: 1.04-1.07x
-            // (eleventh session).
-            c(128, 128, 8, 2).on_wgmma().with_producer(),
+            // (eleventh session). Without a mask, persistent: 1.22x at seqlen 512, 1.11x at
+            // 1k, 1.04x at 2k, 1.02x at 3k (run 191, fifteenth session); long, below.
+            if causal {
+                c(128, 128, 8, 2).on_wgmma().with_producer()
+            } else {
+                c(128, 128, 8, 2).on_wgmma().with_producer().persistent()
+            },
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
@@ -384,10 +391,14 @@ pub fn config(
     // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
     // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
     // 175-177, fourteenth session), D128's causal one in 64 x 64 of one warpgroup up to 512
-    // (1.04x at 1k; 0.93x at 2k).
+    // (1.04x at 1k; 0.93x at 2k), and D128's without a mask one program a block from 4k keys
+    // (the persistent one 1.00x at 4k, 0.95x at 16k: run 190, fifteenth session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
         (Target::Sm90a, 128, true, KeyLength::Short) => c(64, 64, 4, 2).on_wgmma(),
+        (Target::Sm90a, 128, false, KeyLength::Long) => {
+            c(128, 128, 8, 2).on_wgmma().with_producer()
+        }
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {

@@ -252,8 +252,12 @@ pub(crate) unsafe fn launch_forward_checked(
         v: at.v.layout,
         o: at.o.layout,
     };
-    let config = overrides.config(p.config(target)?);
-    let launch = plan::forward_with(p, &layouts, target, config.forward)?;
+    // The table's forward (and its entry for a negative scale where that one is persistent),
+    // or the candidate in its place.
+    let launch = match overrides.get(AttentionKernel::Forward) {
+        Some(candidate) => plan::forward_with(p, &layouts, target, candidate.config)?,
+        None => plan::forward(p, &layouts, target)?,
+    };
     let address = |role| match role {
         Role::Q => Some(at.q.address),
         Role::K => Some(at.k.address),

@@ -129,6 +129,16 @@ pub enum Arg {
 /// differ from the split one's are `_fused`; a forward in other blocks for short or long
 /// sequences than the table's own entry is `_short` or `_long` ([`KeyLength`]).
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
+    specialisation_name_in(kernel, p, target, p.key_length())
+}
+
+/// [`specialisation_name`] of the table's entry for the sequence lengths of `keys`.
+fn specialisation_name_in(
+    kernel: AttentionKernel,
+    p: &AttentionParams,
+    target: Target,
+    keys: KeyLength,
+) -> String {
     let mask = if p.causal && kernel.reads_keys() {
         "_causal"
     } else {
@@ -139,8 +149,7 @@ pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target:
     } else {
         ""
     };
-    // A forward whose blocks for this call's sequence lengths are not the table's own entry's.
-    let keys = p.key_length();
+    // A forward whose blocks for these sequence lengths are not the table's own entry's.
     let blocks = |keys| {
         config(p.head_dim, p.causal, p.fused_backward, target, keys).map(|c| c.kernel(kernel))
     };
@@ -181,6 +190,18 @@ impl Launch {
         config: KernelConfig,
         args: Vec<Arg>,
     ) -> Launch {
+        Launch::in_range(p, kernel, target, config, args, p.key_length())
+    }
+
+    /// [`Launch::new`] of the specialisation for the sequence lengths of `keys`.
+    fn in_range(
+        p: &AttentionParams,
+        kernel: AttentionKernel,
+        target: Target,
+        config: KernelConfig,
+        args: Vec<Arg>,
+        keys: KeyLength,
+    ) -> Launch {
         // One program per block of query rows for each query head; dK/dV's per block of keys
         // for each kv head.
         let (rows, block, heads) = match (kernel, config.block_n) {
@@ -196,7 +217,7 @@ impl Launch {
         };
         Launch {
             kernel,
-            name: specialisation_name(kernel, p, target),
+            name: specialisation_name_in(kernel, p, target, keys),
             target,
             config,
             spec: p.spec(kernel, config),
@@ -254,13 +275,22 @@ fn strides(layout: Layout) -> [Arg; 3] {
 }
 
 /// The forward pass on `target`: one launch of [`AttentionKernel::Forward`], configured as
-/// kiln's table says.
+/// kiln's table says. Where the table's entry is persistent and `softmax_scale` negative (which
+/// a persistent forward does not take), the long range's entry runs, which is not.
 pub fn forward(
     p: &AttentionParams,
     layouts: &ForwardLayouts,
     target: Target,
 ) -> Result<Launch, AttentionError> {
-    forward_with(p, layouts, target, p.config(target)?.forward)
+    let config = p.config(target)?.forward;
+    if !(config.persistent && p.softmax_scale < 0.0) {
+        return forward_with(p, layouts, target, config);
+    }
+    let keys = KeyLength::Long;
+    let long = super::config::config(p.head_dim, p.causal, p.fused_backward, target, keys)
+        .expect("the table covers every head dim in HEAD_DIMS")
+        .forward;
+    forward_in(p, layouts, target, long, keys)
 }
 
 /// [`fn@forward`] with the forward kernel configured as `config` (what `kiln tune` tries). A
@@ -271,6 +301,17 @@ pub fn forward_with(
     layouts: &ForwardLayouts,
     target: Target,
     config: KernelConfig,
+) -> Result<Launch, AttentionError> {
+    forward_in(p, layouts, target, config, p.key_length())
+}
+
+/// [`forward_with`], named as the specialisation for the sequence lengths of `keys`.
+fn forward_in(
+    p: &AttentionParams,
+    layouts: &ForwardLayouts,
+    target: Target,
+    config: KernelConfig,
+    keys: KeyLength,
 ) -> Result<Launch, AttentionError> {
     if config.persistent && p.softmax_scale < 0.0 {
         return Err(super::invalid(format!(
@@ -295,12 +336,13 @@ pub fn forward_with(
         args.extend(strides(layout));
     }
     args.push(Arg::F32(p.softmax_scale));
-    Ok(Launch::new(
+    Ok(Launch::in_range(
         p,
         AttentionKernel::Forward,
         target,
         config,
         args,
+        keys,
     ))
 }
 
