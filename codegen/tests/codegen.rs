@@ -2156,8 +2156,8 @@ fn skeleton(thread: &str) -> String {
 /// The attention kernels as shipped, on both targets: the streaming loops copy with `cp.async`,
 /// or with TMA where they run on `wgmma` (every kernel describes its streamed tensors whole),
 /// and the tiles they load and store outside the loops in registers (the forward's Q for its
-/// scale's sign, dQ's O and dO for delta, dK/dV's K and V) move 16 bytes per vector; on `wgmma`
-/// the forward's O and dQ are stored by TMA.
+/// scale's sign, but for the persistent one; dQ's O and dO for delta, dK/dV's K and V) move 16
+/// bytes per vector; on `wgmma` the forward's O and dQ are stored by TMA.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
@@ -2172,7 +2172,17 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                     "cp.async.cg.shared.global"
                 };
                 assert!(ptx.contains(copy), "{}: no {copy}", case.name);
-                assert!(ptx.contains("ld.global.v4.b32"), "{}", case.name);
+                // A persistent forward copies its Q by TMA too (it takes a scale >= 0).
+                let persistent = matches!(
+                    case.kernel.spec.get("PERSISTENT"),
+                    Some(kiln_dsl::SpecValue::Bool(true))
+                );
+                assert_eq!(
+                    ptx.contains("ld.global.v4.b32"),
+                    !persistent,
+                    "{}",
+                    case.name
+                );
                 // On `wgmma` the forward's O and dQ go out by TMA; dK and dV from registers.
                 let stores = ptx.contains("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group")
                     && ptx.contains("cp.async.bulk.wait_group.read 0");
@@ -2227,7 +2237,7 @@ fn dkdv_streams_its_row_statistics_with_its_tiles() {
 /// launch must size and opt into.
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
-    let compiled = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
+    let compiled = compile_case(&case("attention_fwd_bf16_d128_long_sm_90a"));
     // Q (128 x 128), the first K tile and the last V tile (128 x 128, before and after the loops
     // that overlap the softmax), and two buffers each of K and V (128 x 128), bf16; 1024-byte
     // aligned for `wgmma`'s swizzle; then the buffers' `full` and `empty` TMA barriers (8 bytes
@@ -2235,6 +2245,13 @@ fn shared_memory_above_48_kib_is_dynamic() {
     assert_eq!(
         compiled.dynamic_shared_bytes(),
         (128 + 128 + 128 + 2 * (128 + 128)) * 128 * 2 + 128
+    );
+    // The persistent one: its first K and last V tiles in a slot of the ring, O's tile for its
+    // TMA store instead.
+    let persistent = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
+    assert_eq!(
+        persistent.dynamic_shared_bytes(),
+        (128 + 2 * (128 + 128) + 128) * 128 * 2 + 128
     );
     assert!(
         compiled

@@ -106,7 +106,8 @@ pub struct OnceLoad {
     /// `mbarrier` of its own). `None` at the top level: copied once.
     pub released_after: Option<usize>,
     /// Refilled into the slot of the ring the loop's TMA loops stream through, in the buffer of
-    /// the ring's load of this index, rather than into a tile of its own ([`ring_refills`]).
+    /// the ring's load of this index, rather than into a tile of its own (the layout stage's
+    /// `ring_refills`).
     pub ring: Option<usize>,
 }
 

@@ -38,8 +38,10 @@
 //! warpgroup issue its copies (FlashAttention-3's warp specialisation): at 128 1.04-1.07x from 1k
 //! to 16k, causal or not, at 256 1.00-1.06x (most at 1k); elsewhere it lost or tied (dQ
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
-//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). Several spill a little (up to 700 bytes, ptxas
-//! 13.0) and are still the fastest measured.
+//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). Without a mask, the D128 forward
+//! below 4k keys is persistent, one program an SM looping over the blocks: 1.22x at seqlen 512,
+//! 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session). Several spill a little (up
+//! to 700 bytes, ptxas 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
 //! (`KILN_TARGET=sm_80`, which is where Stage 1's bars are measured; bf16, seqlen 4096, sustained

@@ -20,11 +20,12 @@
 //! block past the end, which the mask empties: work for nothing, up to 10% of a program of 8
 //! key blocks (docs/PERF.md, 2026-11-26, eighth session).
 //!
-//! With `PERSISTENT` (a configuration with a producer, `kiln tune`'s `:persistent`; no table
-//! entry: it tied the one-program-per-block forward without a mask and lost with one,
-//! docs/PERF.md, thirteenth session) one program an SM loops over every head's query blocks
+//! With `PERSISTENT` (a configuration with a producer, `kiln tune`'s `:persistent`; the table's
+//! D128 forward without a mask below 4k keys, 1.04-1.22x the one-program-per-block one there:
+//! docs/PERF.md, fifteenth session) one program an SM loops over every head's query blocks
 //! (`persistent` below), its producer copying each block's Q and first K tile while the block
-//! before finishes.
+//! before finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key
+//! loops' ring, and its output goes out by TMA from a tile of its own.
 
 use kiln_dsl::{kernel, kernel_fn};
 

@@ -85,7 +85,7 @@ pub fn lower(
         once_loads: Vec::new(),
         loop_counter: None,
         releases: Vec::new(),
-        shared_slot: None,
+        ring_slot: None,
         tma_store_bytes: 0,
         reduction_tile: plan.reduction,
         bulk_stores: false,
@@ -182,7 +182,7 @@ pub(super) struct Lowering<'a> {
     releases: Vec<(Value, Reg)>,
     /// The ring's slot a tile's top takes for its refilled loads, until they are freed
     /// ([`refill`]).
-    shared_slot: Option<refill::SharedSlot>,
+    ring_slot: Option<refill::RingSlot>,
     /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`), for the
     /// loop's uses: (value, layout, registers).
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,

@@ -390,7 +390,7 @@ impl Lowering<'_> {
         self.once_loads.clear();
         self.releases.clear();
         self.loop_counter = None;
-        self.shared_slot = None;
+        self.ring_slot = None;
         self.hoisted.clear();
         self.converted.clear();
         self.narrowed.clear();

@@ -30,10 +30,19 @@ use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::{OnceLoad, THREADS_PER_WARP};
 use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
 
+/// Where the ring's buffers and barriers are: each of its loads' first buffer and bytes, its
+/// stages, and its first `full` and `empty` barriers.
+struct RingLayout {
+    buffers: Vec<(u32, u32)>,
+    stages: u32,
+    full: u32,
+    empty: u32,
+}
+
 /// The ring's slot the refilled loads of a tile's top share, while the consumers free it: its
 /// `empty` barrier, and how many of those loads are still to be freed.
 #[derive(Clone, Copy)]
-pub(super) struct SharedSlot {
+pub(super) struct RingSlot {
     full: Reg,
     empty: Reg,
     left: usize,
@@ -144,24 +153,17 @@ impl Lowering<'_> {
     /// After the consumers lowered the instruction at pre-order index `index`: frees each
     /// refilled tile it last reads, now, or where the `wgmma` that reads it is waited for.
     pub(super) fn release_refills(&mut self, index: usize, inst: &TileInst) {
-        let released: Vec<usize> = self
+        let released: Vec<(usize, bool)> = self
             .layouts
             .tma_once_loads()
             .enumerate()
             .filter(|(_, l)| l.released_after == Some(index))
-            .map(|(rank, _)| rank)
+            .map(|(rank, l)| (rank, l.has_tile()))
             .collect();
-        for rank in released {
-            let empty = match self.shared_slot {
-                Some(slot)
-                    if self
-                        .layouts
-                        .tma_once_loads()
-                        .nth(rank)
-                        .is_some_and(|l| !l.has_tile()) =>
-                {
-                    slot.empty
-                }
+        for (rank, own_tile) in released {
+            // A tile of the ring's slot frees the slot's barrier, once all of them are freed.
+            let empty = match self.ring_slot {
+                Some(slot) if !own_tile => slot.empty,
                 _ => self.refill_barriers(rank)[1],
             };
             match inst.results.first() {
@@ -185,22 +187,21 @@ impl Lowering<'_> {
     /// Frees a refilled tile whose `empty` barrier is `bar`: arrives on it, or for a tile of the
     /// ring's slot, once the slot's last tile is freed.
     fn free_refilled(&mut self, bar: Reg) {
-        if let Some(slot) = self.shared_slot.as_mut()
+        if let Some(slot) = self.ring_slot.as_mut()
             && slot.empty == bar
         {
             slot.left -= 1;
             if slot.left > 0 {
                 return;
             }
-            self.shared_slot = None;
+            self.ring_slot = None;
         }
         self.emit_effect(Op::MbarrierArrive { bar });
     }
 
-    /// The ring's buffers where the next TMA loop takes them (each of its loads' first buffer
-    /// and bytes), its stages, and its first `full` and `empty` barriers: what that loop's
-    /// prologue will reserve ([`Self::pipeline_prologue`]).
-    fn ring_layout(&self, inst: &TileInst) -> Result<(Vec<(u32, u32)>, u32, [u32; 2])> {
+    /// The ring where the next TMA loop takes it: what that loop's prologue will reserve
+    /// ([`Self::pipeline_prologue`]).
+    fn ring_layout(&self, inst: &TileInst) -> Result<RingLayout> {
         let Some((_, ring)) = self.layouts.pipelines().find(|(_, p)| p.uses_tma()) else {
             return Err(unsupported(inst, "expected a ring of TMA buffers"));
         };
@@ -216,11 +217,12 @@ impl Lowering<'_> {
             })
             .collect();
         let full = self.next_barrier;
-        Ok((
+        Ok(RingLayout {
             buffers,
-            ring.stages,
-            [full, full + ring.stages * MBARRIER_BYTES],
-        ))
+            stages: ring.stages,
+            full,
+            empty: full + ring.stages * MBARRIER_BYTES,
+        })
     }
 
     /// The ring's slot and phase where the tile's top takes its slot.
@@ -239,7 +241,12 @@ impl Lowering<'_> {
         index: usize,
         load: &OnceLoad,
     ) -> Result<()> {
-        let (buffers, stages, [full, empty]) = self.ring_layout(inst)?;
+        let RingLayout {
+            buffers,
+            stages,
+            full,
+            empty,
+        } = self.ring_layout(inst)?;
         let [slot, phase] = self.ring_state(inst)?;
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
@@ -307,7 +314,12 @@ impl Lowering<'_> {
     /// is first read); the first of the slot's loads sets up its freeing, the last moves the
     /// ring on.
     fn consume_from_ring(&mut self, inst: &TileInst, index: usize, load: &OnceLoad) -> Result<()> {
-        let (buffers, stages, [full, empty]) = self.ring_layout(inst)?;
+        let RingLayout {
+            buffers,
+            stages,
+            full,
+            empty,
+        } = self.ring_layout(inst)?;
         let [slot, phase] = self.ring_state(inst)?;
         let value = load.value;
         let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
@@ -328,13 +340,13 @@ impl Lowering<'_> {
         if index == 0 {
             let full = self.barrier_of(full, slot);
             let empty = self.barrier_of(empty, slot);
-            self.shared_slot = Some(SharedSlot {
+            self.ring_slot = Some(RingSlot {
                 full,
                 empty,
                 left: buffers.len(),
             });
         }
-        let Some(SharedSlot { full, .. }) = self.shared_slot else {
+        let Some(RingSlot { full, .. }) = self.ring_slot else {
             return Err(unsupported(
                 inst,
                 "expected the ring's slot taken by its first load",
