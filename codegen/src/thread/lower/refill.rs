@@ -30,13 +30,15 @@ use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::{OnceLoad, THREADS_PER_WARP};
 use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
 
-/// Where the ring's buffers and barriers are: each of its loads' first buffer and bytes, its
-/// stages, and its first `full` and `empty` barriers.
-struct RingLayout {
+/// The ring where a tile's top takes its slot: each of its loads' first buffer and bytes, its
+/// stages, its first `full` and `empty` barriers, and the slot and phase it stands at.
+struct RingHere {
     buffers: Vec<(u32, u32)>,
     stages: u32,
     full: u32,
     empty: u32,
+    slot: Reg,
+    phase: Reg,
 }
 
 /// The ring's slot the refilled loads of a tile's top share, while the consumers free it: its
@@ -199,11 +201,14 @@ impl Lowering<'_> {
         self.emit_effect(Op::MbarrierArrive { bar });
     }
 
-    /// The ring where the next TMA loop takes it: what that loop's prologue will reserve
-    /// ([`Self::pipeline_prologue`]).
-    fn ring_layout(&self, inst: &TileInst) -> Result<RingLayout> {
+    /// The ring where the next TMA loop takes it (what that loop's prologue will reserve,
+    /// [`Self::pipeline_prologue`]), at the slot and phase where the last one left it.
+    fn ring_here(&self, inst: &TileInst) -> Result<RingHere> {
         let Some((_, ring)) = self.layouts.pipelines().find(|(_, p)| p.uses_tma()) else {
             return Err(unsupported(inst, "expected a ring of TMA buffers"));
+        };
+        let Some([slot, phase]) = self.ring else {
+            return Err(unsupported(inst, "expected a loop carrying the ring"));
         };
         let mut next = self.next_buffer;
         let buffers = ring
@@ -217,18 +222,22 @@ impl Lowering<'_> {
             })
             .collect();
         let full = self.next_barrier;
-        Ok(RingLayout {
+        Ok(RingHere {
             buffers,
             stages: ring.stages,
             full,
             empty: full + ring.stages * MBARRIER_BYTES,
+            slot,
+            phase,
         })
     }
 
-    /// The ring's slot and phase where the tile's top takes its slot.
-    fn ring_state(&self, inst: &TileInst) -> Result<[Reg; 2]> {
-        self.ring
-            .ok_or_else(|| unsupported(inst, "expected a loop carrying the ring"))
+    /// After the slot's load `index`: the last of them moves the ring on to its next slot.
+    fn leave_slot(&mut self, ring: &RingHere, index: usize) {
+        if index + 1 == ring.buffers.len() {
+            let next = self.advance_ring(ring.stages, &[ring.slot, ring.phase], None);
+            self.ring = Some([next[0], next[1]]);
+        }
     }
 
     /// The producer's copy of ring-refilled load `load` (the buffer of the ring's load `index`)
@@ -241,23 +250,18 @@ impl Lowering<'_> {
         index: usize,
         load: &OnceLoad,
     ) -> Result<()> {
-        let RingLayout {
-            buffers,
-            stages,
-            full,
-            empty,
-        } = self.ring_layout(inst)?;
-        let [slot, phase] = self.ring_state(inst)?;
+        let ring = self.ring_here(inst)?;
+        let (slot, phase) = (ring.slot, ring.phase);
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
-        let full_bar = self.barrier_of(full, slot);
+        let full_bar = self.barrier_of(ring.full, slot);
         if index == 0 {
             let one = self.i32_const(1);
             // A fresh barrier's phase before the first counts as complete.
             let parity = self.int(IntOp::Xor, phase, one);
-            let empty_bar = self.barrier_of(empty, slot);
+            let empty_bar = self.barrier_of(ring.empty, slot);
             self.emit_effect(Op::MbarrierWait {
                 bar: empty_bar,
                 parity,
@@ -275,7 +279,7 @@ impl Lowering<'_> {
                 pred: issuer,
             });
         }
-        let (first, bytes) = buffers[index];
+        let (first, bytes) = ring.buffers[index];
         let size = self.i32_const(bytes as i64);
         let offset = self.int(IntOp::Mul, slot, size);
         let tile = self.shared_slot(first, offset, Type::I8);
@@ -291,10 +295,7 @@ impl Lowering<'_> {
             full_bar,
             issuing_warp,
         )?;
-        if index + 1 == buffers.len() {
-            let next = self.advance_ring(stages, &[slot, phase], None);
-            self.ring = Some([next[0], next[1]]);
-        }
+        self.leave_slot(&ring, index);
         Ok(())
     }
 
@@ -314,36 +315,30 @@ impl Lowering<'_> {
     /// is first read); the first of the slot's loads sets up its freeing, the last moves the
     /// ring on.
     fn consume_from_ring(&mut self, inst: &TileInst, index: usize, load: &OnceLoad) -> Result<()> {
-        let RingLayout {
-            buffers,
-            stages,
-            full,
-            empty,
-        } = self.ring_layout(inst)?;
-        let [slot, phase] = self.ring_state(inst)?;
+        let ring = self.ring_here(inst)?;
         let value = load.value;
         let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
-        let (first, bytes) = buffers[index];
+        let (first, bytes) = ring.buffers[index];
         self.shared_tiles.insert(
             value,
             SharedTile {
                 base: SharedBase::Slot {
                     buffers: first,
                     bytes,
-                    slot,
+                    slot: ring.slot,
                 },
                 layout: load.shared.swizzled([rows, cols]),
                 elem: memory_type(self.dtype(value)),
             },
         );
         if index == 0 {
-            let full = self.barrier_of(full, slot);
-            let empty = self.barrier_of(empty, slot);
+            let full = self.barrier_of(ring.full, ring.slot);
+            let empty = self.barrier_of(ring.empty, ring.slot);
             self.ring_slot = Some(RingSlot {
                 full,
                 empty,
-                left: buffers.len(),
+                left: ring.buffers.len(),
             });
         }
         let Some(RingSlot { full, .. }) = self.ring_slot else {
@@ -352,11 +347,8 @@ impl Lowering<'_> {
                 "expected the ring's slot taken by its first load",
             ));
         };
-        self.once_loads.push((value, Some((full, phase))));
-        if index + 1 == buffers.len() {
-            let next = self.advance_ring(stages, &[slot, phase], None);
-            self.ring = Some([next[0], next[1]]);
-        }
+        self.once_loads.push((value, Some((full, ring.phase))));
+        self.leave_slot(&ring, index);
         Ok(())
     }
 }
