@@ -1437,7 +1437,9 @@ fn a_producer_warpgroup_issues_the_forwards_copies() {
 
 /// A persistent forward writes, on the interpreter, what the one-program-per-block forward
 /// writes, bit for bit (the same products and sums in the same order; that one is checked against
-/// f64 in `kiln-tests`): causal or not, three query blocks of two heads (six tiles) taken by one,
+/// f64 in `kiln-tests`): D128 causal or not and D64 without a mask (which a persistent forward
+/// runs with its last block's `P @ V` apart, unlike D64's others), three query blocks of two
+/// heads (six tiles) taken by one,
 /// four (a full round then a short one: causal, the full round's order reversed in the next)
 /// and six programs. Outputs start poisoned: every row is written, none twice differently. Its
 /// launch runs at most one program a tile, and refuses a negative scale, naming it.
@@ -1445,11 +1447,11 @@ fn a_producer_warpgroup_issues_the_forwards_copies() {
 fn a_persistent_forward_writes_what_one_program_per_block_does() {
     use kiln_kernels::attention::check::LayoutKind;
     let table = KernelConfig::new(128, 128, 8, 2).on_wgmma().with_producer();
-    for causal in [false, true] {
+    for (head_dim, causal) in [(128, false), (128, true), (64, false)] {
         let p = AttentionParams {
             heads_q: 2,
             heads_kv: 1,
-            ..cases::attention_params(BF16, 128, causal, 300, 333)
+            ..cases::attention_params(BF16, head_dim, causal, 300, 333)
         };
         let ql = LayoutKind::Padded.layout(p.seqlen_q, p.heads_q, p.head_dim);
         let kl = LayoutKind::Padded.layout(p.seqlen_k, p.heads_kv, p.head_dim);
@@ -1519,7 +1521,7 @@ fn a_persistent_forward_writes_what_one_program_per_block_does() {
             let outcome = cases::compare(&expected, &got, cases::Tolerance::Exact);
             assert_eq!(
                 outcome.mismatches, 0,
-                "causal {causal}, {programs} programs: {:?}",
+                "D{head_dim}, causal {causal}, {programs} programs: {:?}",
                 outcome.first
             );
         }

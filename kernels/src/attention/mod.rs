@@ -290,14 +290,15 @@ impl AttentionParams {
 /// short blocks +2.6% and -2.9% in the two). At 64 the tile costs the 64 x 64 blocks one of
 /// their four programs an SM (0.97-0.98x; the long blocks, one program an SM, were not told
 /// apart); at 256 it does not fit beside the table's 128 x 64 blocks (262,272 bytes of shared
-/// memory, 232,448 the most). A rule by head dim, then, not by blocks.
+/// memory, 232,448 the most). A rule by head dim, then, not by blocks; a persistent forward
+/// always does (its last V tile shares a slot of the ring with the next block's first K).
 pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, bool); 3] {
     [
         ("PERSISTENT", config.persistent),
         ("OVERLAP_SOFTMAX", config.wgmma),
         (
             "LAST_BLOCK_APART",
-            config.wgmma && matches!(head_dim, 32 | 128),
+            config.wgmma && (config.persistent || matches!(head_dim, 32 | 128)),
         ),
     ]
 }
