@@ -48,7 +48,8 @@
 //! With a producer warpgroup ([`super::producer`]) the consumers neither set up barriers nor
 //! copy: each iteration waits on its `full` barrier and arrives on its `empty` one, and the
 //! ring's slot and phase go on from one TMA loop into the next; the producer's loop copies.
-//! Consumers that stage no tile drop the `bar.sync`s around the loop too ([`super::turns`]).
+//! Consumers that stage no tile among the buffers drop the `bar.sync`s around the loop too
+//! ([`super::turns`]).
 //!
 //! In a program whose warpgroups take turns ([`super::turns`]) they must run apart, so every
 //! TMA loop's `bar.sync` of each iteration goes: every buffer also has an `empty` `mbarrier`

@@ -13,7 +13,8 @@
 //!     setmaxnreg.inc 232                     // what the producer gave back
 //!     the kernel, each TMA loop's iteration waiting on full(slot) and arriving on empty(slot),
 //!     every block-wide barrier a named one of the consumers (none around the TMA loops where
-//!     they stage no tile: their turns then run through the program, [`super::turns`])
+//!     they stage no tile among the buffers: their turns then run through the program,
+//!     [`super::turns`])
 //! ```
 //!
 //! Both roles walk the same loops in the same order over one ring of buffers: a TMA loop takes

@@ -25,8 +25,9 @@
 //! barriers do ([`super::pipeline`]). The emulator replays every warp's waits apart, one
 //! schedule per emulated launch, and reports a deadlock ([`crate::emulate`]).
 //!
-//! Consumers of a producer ([`super::producer`]) that stage no tile in shared memory meet at
-//! no barrier: the producer's `full` and `empty` barriers order every buffer they read, so
+//! Consumers of a producer ([`super::producer`]) that stage no tile among its buffers (a TMA
+//! store's tile of its own aside, which each warpgroup meets its own warps for) meet at no
+//! barrier of them all: the producer's `full` and `empty` barriers order every buffer they read, so
 //! their turns run through the whole program instead (FlashAttention-3's across tiles). The
 //! last warpgroup arrives once at the program's top, every group of `wgmma`s a warpgroup
 //! issues, at any depth, takes a turn and passes it, and warpgroup 0 takes the last one back
@@ -78,9 +79,9 @@ impl Lowering<'_> {
         true
     }
 
-    /// At the consumers' top: where their warpgroups take turns and stage no tile, starts
-    /// turns that run through their program ([`Self::end_turns`] at its end). Returns whether
-    /// it did.
+    /// At the consumers' top: where their warpgroups take turns and stage no tile among the
+    /// buffers ([`crate::layout::LayoutAssignment::stages_tiles`]), starts turns that run
+    /// through their program ([`Self::end_turns`] at its end). Returns whether it did.
     pub(super) fn begin_program_turns(&mut self) -> bool {
         if !self.layouts.warpgroups_take_turns() || self.layouts.stages_tiles() {
             return false;
