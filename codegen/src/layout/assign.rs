@@ -197,11 +197,13 @@ impl LayoutAssignment {
     }
 
     /// Whether the program writes a tile from registers into shared memory where loops'
-    /// buffers are or were (a staged operand, a TMA store's tile there): without, consumers of a
+    /// buffers are or were (a staged operand, a TMA store's tile there, a `cp.async` loop's
+    /// copies): without, consumers of a
     /// producer share no memory but its buffers and need no barrier among themselves
     /// (`thread::lower`'s turns through the program).
     pub fn stages_tiles(&self) -> bool {
         self.tma_stores.values().any(|s| !s.own_tile)
+            || self.pipelines.values().any(|p| !p.uses_tma())
             || self
                 .conversions
                 .values()

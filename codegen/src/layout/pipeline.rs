@@ -344,7 +344,8 @@ pub(super) fn once_loads(
 /// runs on across tiles (FlashAttention-3's): one load of each size of the ring's loads, in
 /// their order, before the body's first TMA loop, each last read before that loop too (a slot
 /// held into the loop would leave it one buffer short). The persistent forward's first K and
-/// last V tiles are such a pair; its Q, read by the key loops, keeps a tile of its own.
+/// last V tiles are such a pair; its Q, read by the key loops, keeps a tile of its own. One loop
+/// at most (the first such), whose loads are the only ones sharing a slot.
 fn ring_refills(
     kernel: &Kernel,
     assignment: &LayoutAssignment,
@@ -396,6 +397,7 @@ fn ring_refills(
                 load.ring = Some(i);
             }
         }
+        return;
     }
 }
 

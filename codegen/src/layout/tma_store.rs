@@ -93,9 +93,35 @@ pub(super) fn apply(
         carriers: loop_carriers(&kernel.body),
     };
     let mut stores = stores(&views, assignment);
-    stores.append(&mut stores_in_loops(&views, assignment));
-    stores.append(&mut reductions(&views, assignment));
+    let mut own_tile = stores_in_loops(&views, assignment);
+    own_tile.append(&mut reductions(&views, assignment));
+    one_band_unless_all_alike(kernel, assignment, &mut own_tile);
+    stores.append(&mut own_tile);
     assignment.tma_stores = stores;
+}
+
+/// The stores from a tile of their own share it, each waiting for the last one's reads: the same
+/// bands of rows for all, or one band (the whole block meets) if they differ.
+fn one_band_unless_all_alike(
+    kernel: &Kernel,
+    assignment: &mut LayoutAssignment,
+    stores: &mut BTreeMap<usize, TmaStore>,
+) {
+    let bands: BTreeSet<usize> = stores.values().map(|s| s.bands).collect();
+    if bands.len() < 2 {
+        return;
+    }
+    for store in stores.values_mut() {
+        store.bands = 1;
+        // A band of slabs copies by the same box; one of rows copies a band's rows.
+        if store.transposed() {
+            continue;
+        }
+        let mut whole = assignment.tensor_maps[store.map].clone();
+        let lead = whole.box_shape.len() - 2;
+        whole.box_shape[lead] = kernel.ty(store.value).shape()[0] as u32;
+        store.map = assignment.tensor_map(whole);
+    }
 }
 
 /// What deciding a tile's TMA view takes of the kernel ([`tma_view`]).
@@ -157,31 +183,33 @@ fn stores(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usiz
     stores
 }
 
-/// The `store_block`s inside loops a producer warpgroup feeds (a persistent kernel's output,
-/// once a tile) that TMA copies out of a tile of their own, as reductions: the warpgroups' stores
-/// from registers would queue in the memory pipe while the next tile starts.
+/// The `store_block`s in the body of a top-level loop that is not pipelined, where a producer
+/// warpgroup feeds the kernel (a persistent kernel's output, once a tile), that TMA copies out of
+/// a tile of their own, as reductions: the warpgroups' stores from registers would queue in the
+/// memory pipe while the next tile starts.
 fn stores_in_loops(
     views: &Views<'_>,
     assignment: &mut LayoutAssignment,
 ) -> BTreeMap<usize, TmaStore> {
-    let mut found = Vec::new();
-    let mut at = 0;
-    for inst in &views.kernel.body.insts {
-        let mut next = at + 1;
-        if matches!(inst.op, Op::For { .. }) {
-            for nested in super::assign::nested_regions(&inst.op) {
-                super::walk_insts(nested, &mut next, &mut |index, inner| {
-                    if let Op::StoreBlock { ptr, value, .. } = &inner.op {
-                        found.push((index, *ptr, *value));
-                    }
-                });
-            }
-        }
-        at += inst_count(inst);
-    }
     let mut stores = BTreeMap::new();
     if !assignment.producer {
         return stores;
+    }
+    let mut found = Vec::new();
+    let mut at = 0;
+    for inst in &views.kernel.body.insts {
+        if let Op::For { body, .. } = &inst.op
+            && assignment.pipeline_at(at).is_none()
+        {
+            let mut inner = at + 1;
+            for nested in &body.insts {
+                if let Op::StoreBlock { ptr, value, .. } = &nested.op {
+                    found.push((inner, *ptr, *value));
+                }
+                inner += inst_count(nested);
+            }
+        }
+        at += inst_count(inst);
     }
     for (index, ptr, value) in found {
         if let Some(store) = through_shared(views, assignment, (ptr, value), false) {
@@ -200,8 +228,8 @@ fn stores_in_loops(
 /// The f32 `atomic_add`s of block pointers, anywhere in the kernel, that TMA adds into their
 /// array (`cp.reduce.async.bulk.tensor .add`) from a tile of their own: one bulk reduction a
 /// slab instead of a vector atomic per 4 elements a thread (the fused backward's dQ, as
-/// FlashAttention-3 adds it). They share one tile, each waiting for the last one's reads: the
-/// same bands of rows for all, or one band (the whole block meets) if they differ.
+/// FlashAttention-3 adds it). They share one tile with the stores in loops
+/// ([`one_band_unless_all_alike`]).
 fn reductions(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usize, TmaStore> {
     let kernel = views.kernel;
     let mut found = Vec::new();
@@ -219,20 +247,6 @@ fn reductions(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<
         let view = (ptr, value);
         if let Some(reduction) = through_shared(views, assignment, view, true) {
             reductions.insert(index, reduction);
-        }
-    }
-    let bands: BTreeSet<usize> = reductions.values().map(|r: &TmaStore| r.bands).collect();
-    if bands.len() > 1 {
-        for reduction in reductions.values_mut() {
-            reduction.bands = 1;
-            // A band of slabs copies by the same box; one of rows copies a band's rows.
-            if reduction.transposed() {
-                continue;
-            }
-            let mut whole = assignment.tensor_maps[reduction.map].clone();
-            let lead = whole.box_shape.len() - 2;
-            whole.box_shape[lead] = kernel.ty(reduction.value).shape()[0] as u32;
-            reduction.map = assignment.tensor_map(whole);
         }
     }
     reductions

@@ -609,7 +609,7 @@ impl Lowering<'_> {
             for (&result, regs) in inst.results.iter().zip(results) {
                 self.bind(result, regs);
             }
-            self.release_refills(index, inst);
+            self.release_refills(index, inst)?;
         }
         Ok(Vec::new())
     }

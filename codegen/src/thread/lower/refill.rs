@@ -29,6 +29,7 @@ use super::pipeline::MBARRIER_BYTES;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::{OnceLoad, THREADS_PER_WARP};
 use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
+use crate::{CodegenError, Stage};
 
 /// The ring where a tile's top takes its slot: each of its loads' first buffer and bytes, its
 /// stages, its first `full` and `empty` barriers, and the slot and phase it stands at.
@@ -42,7 +43,7 @@ struct RingHere {
 }
 
 /// The ring's slot the refilled loads of a tile's top share, while the consumers free it: its
-/// `empty` barrier, and how many of those loads are still to be freed.
+/// `full` and `empty` barriers, and how many of those loads are still to be freed.
 #[derive(Clone, Copy)]
 pub(super) struct RingSlot {
     full: Reg,
@@ -154,7 +155,7 @@ impl Lowering<'_> {
 
     /// After the consumers lowered the instruction at pre-order index `index`: frees each
     /// refilled tile it last reads, now, or where the `wgmma` that reads it is waited for.
-    pub(super) fn release_refills(&mut self, index: usize, inst: &TileInst) {
+    pub(super) fn release_refills(&mut self, index: usize, inst: &TileInst) -> Result<()> {
         let released: Vec<(usize, bool)> = self
             .layouts
             .tma_once_loads()
@@ -164,15 +165,22 @@ impl Lowering<'_> {
             .collect();
         for (rank, own_tile) in released {
             // A tile of the ring's slot frees the slot's barrier, once all of them are freed.
-            let empty = match self.ring_slot {
-                Some(slot) if !own_tile => slot.empty,
-                _ => self.refill_barriers(rank)[1],
+            let empty = match (own_tile, self.ring_slot) {
+                (true, _) => self.refill_barriers(rank)[1],
+                (false, Some(slot)) => slot.empty,
+                (false, None) => {
+                    return Err(CodegenError::internal(
+                        Stage::Thread,
+                        "a tile of the ring's slot freed with no slot taken",
+                    ));
+                }
             };
             match inst.results.first() {
                 Some(&dot) if self.in_flight.holds(dot) => self.releases.push((dot, empty)),
                 _ => self.free_refilled(empty),
             }
         }
+        Ok(())
     }
 
     /// After a `wgmma` wait that completed the `dot`s `done`: frees the refilled tiles they read.
@@ -202,7 +210,9 @@ impl Lowering<'_> {
     }
 
     /// The ring where the next TMA loop takes it (what that loop's prologue will reserve,
-    /// [`Self::pipeline_prologue`]), at the slot and phase where the last one left it.
+    /// [`Self::pipeline_prologue`]: at a tile loop's top no loop's buffers are reserved yet, the
+    /// tile loop being no pipelined loop, and every TMA loop's are the same), at the slot and
+    /// phase where the last one left it.
     fn ring_here(&self, inst: &TileInst) -> Result<RingHere> {
         let Some((_, ring)) = self.layouts.pipelines().find(|(_, p)| p.uses_tma()) else {
             return Err(unsupported(inst, "expected a ring of TMA buffers"));
