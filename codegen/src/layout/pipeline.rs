@@ -285,23 +285,14 @@ pub(super) fn once_loads(
     let definitions = definitions(kernel);
     let carriers = loop_carriers(&kernel.body);
     let mut once = BTreeMap::new();
-    // The candidates: each top-level instruction, and with a producer each instruction of a
-    // top-level loop's body where the loop is not pipelined, by pre-order index.
-    let mut candidates = Vec::new();
-    let mut at = 0;
-    for inst in &kernel.body.insts {
-        candidates.push((at, inst, None));
-        if let Op::For { body, .. } = &inst.op
-            && assignment.producer
-            && assignment.pipeline_at(at).is_none()
-        {
-            let mut inner = at + 1;
-            for nested in &body.insts {
-                candidates.push((inner, nested, Some((body, at + 1))));
-                inner += inst_count(nested);
-            }
-        }
-        at += inst_count(inst);
+    // The candidates: each top-level instruction, and each instruction of a producer's tile
+    // loop's body, by pre-order index.
+    let mut candidates: Vec<_> = top_level(&kernel.body, 0)
+        .map(|(at, inst)| (at, inst, None))
+        .collect();
+    for (start, body) in tile_loops(kernel, assignment) {
+        let in_loop = Some((body, start + 1));
+        candidates.extend(top_level(body, start + 1).map(|(at, inst)| (at, inst, in_loop)));
     }
     for (inst_index, inst, in_loop) in candidates {
         let Op::LoadBlock { ptr, .. } = &inst.op else {
@@ -339,6 +330,32 @@ pub(super) fn once_loads(
     once
 }
 
+/// The instructions of `region`, its first at pre-order index `start`, each with its index.
+pub(super) fn top_level(region: &Region, start: usize) -> impl Iterator<Item = (usize, &Inst)> {
+    region.insts.iter().scan(start, |at, inst| {
+        let index = *at;
+        *at += inst_count(inst);
+        Some((index, inst))
+    })
+}
+
+/// Where a producer warpgroup feeds the kernel, its top-level loops that are not pipelined (a
+/// persistent kernel's loop over its tiles), each with its pre-order index and body.
+pub(super) fn tile_loops<'k>(
+    kernel: &'k Kernel,
+    assignment: &LayoutAssignment,
+) -> Vec<(usize, &'k Region)> {
+    if !assignment.producer {
+        return Vec::new();
+    }
+    top_level(&kernel.body, 0)
+        .filter_map(|(at, inst)| match &inst.op {
+            Op::For { body, .. } if assignment.pipeline_at(at).is_none() => Some((at, body)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// With a producer, the refilled loads at the top of a loop over tiles that fill one slot of the
 /// ring its TMA loops stream through take that slot instead of tiles of their own, and the ring
 /// runs on across tiles (FlashAttention-3's): one load of each size of the ring's loads, in
@@ -351,16 +368,7 @@ fn ring_refills(
     assignment: &LayoutAssignment,
     once: &mut BTreeMap<usize, OnceLoad>,
 ) {
-    let mut at = 0;
-    for inst in &kernel.body.insts {
-        let start = at;
-        at += inst_count(inst);
-        let Op::For { body, .. } = &inst.op else {
-            continue;
-        };
-        if !assignment.producer || assignment.pipeline_at(start).is_some() {
-            continue;
-        }
+    for (start, body) in tile_loops(kernel, assignment) {
         // The body's first TMA loop, by pre-order index.
         let mut first_loop = None;
         super::walk_insts(body, &mut (start + 1), &mut |index, _| {

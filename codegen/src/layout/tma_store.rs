@@ -40,7 +40,7 @@ use kiln_dsl::DType;
 use kiln_dsl::ir::{Inst, Kernel, Op, Value};
 
 use super::divisibility::{Divisibility, definitions};
-use super::pipeline::{Carriers, inst_count, loop_carriers, tma_view};
+use super::pipeline::{Carriers, inst_count, loop_carriers, tile_loops, tma_view, top_level};
 use super::swizzle::SwizzledShared;
 use super::wgmma::{TILE_ALIGN, WARPS_PER_WARPGROUP};
 use super::{LayoutAssignment, SharedLayout, THREADS_PER_WARP};
@@ -191,26 +191,15 @@ fn stores_in_loops(
     views: &Views<'_>,
     assignment: &mut LayoutAssignment,
 ) -> BTreeMap<usize, TmaStore> {
-    let mut stores = BTreeMap::new();
-    if !assignment.producer {
-        return stores;
-    }
     let mut found = Vec::new();
-    let mut at = 0;
-    for inst in &views.kernel.body.insts {
-        if let Op::For { body, .. } = &inst.op
-            && assignment.pipeline_at(at).is_none()
-        {
-            let mut inner = at + 1;
-            for nested in &body.insts {
-                if let Op::StoreBlock { ptr, value, .. } = &nested.op {
-                    found.push((inner, *ptr, *value));
-                }
-                inner += inst_count(nested);
+    for (start, body) in tile_loops(views.kernel, assignment) {
+        for (index, inst) in top_level(body, start + 1) {
+            if let Op::StoreBlock { ptr, value, .. } = &inst.op {
+                found.push((index, *ptr, *value));
             }
         }
-        at += inst_count(inst);
     }
+    let mut stores = BTreeMap::new();
     for (index, ptr, value) in found {
         if let Some(store) = through_shared(views, assignment, (ptr, value), false) {
             stores.insert(

@@ -80,7 +80,8 @@ pub(super) fn tile_align(layouts: &LayoutAssignment) -> u32 {
     }
 }
 
-fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
+/// The bytes of a tile of `value`: what a TMA copy of it brings (`expect_tx`).
+pub(super) fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
     let shape = kernel.ty(value).shape();
     let elems: usize = shape.iter().product();
     (elems * kernel.dtype(value).size_bytes()) as u32

@@ -64,7 +64,7 @@ use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Value};
 
 use super::dot::{
     Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
-    pipeline_buffer_bytes,
+    pipeline_buffer_bytes, tile_bytes,
 };
 use super::memory::BlockRegs;
 use super::producer::Role;
@@ -139,12 +139,8 @@ impl Lowering<'_> {
         bounds: [Reg; 3],
     ) -> Result<Pipeline> {
         let [lower, upper, step] = bounds;
-        let mut buffers = Vec::new();
-        for load in &loop_info.loads {
-            let bytes = aligned_tile_bytes(self.kernel, self.layouts, load.value);
-            buffers.push((self.next_buffer, bytes));
-            self.next_buffer += loop_info.stages * bytes;
-        }
+        let buffers = self.loop_buffers(loop_info);
+        self.next_buffer += pipeline_buffer_bytes(self.kernel, self.layouts, loop_info);
         let tma = loop_info.uses_tma().then(|| {
             let zero = self.i32_const(0);
             let warp_size = self.i32_const(THREADS_PER_WARP as i64);
@@ -330,9 +326,7 @@ impl Lowering<'_> {
         for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
             let (buffers, bytes) = pipeline.buffers[i];
             if load.read_in_registers() {
-                let size = self.i32_const(bytes as i64);
-                let offset = self.int(IntOp::Mul, slot, size);
-                let buffer = self.shared_slot(buffers, offset, Type::I8);
+                let buffer = self.buffer_of(buffers, bytes, slot);
                 self.buffered.insert(load.value, buffer);
                 continue;
             }
@@ -562,6 +556,30 @@ impl Lowering<'_> {
         self.shared_slot(barriers, offset, Type::I8)
     }
 
+    /// Buffer `slot` (an i32 register) of consecutive buffers of `bytes` each from byte
+    /// `buffers`.
+    pub(super) fn buffer_of(&mut self, buffers: u32, bytes: u32, slot: Reg) -> Reg {
+        let size = self.i32_const(bytes as i64);
+        let offset = self.int(IntOp::Mul, slot, size);
+        self.shared_slot(buffers, offset, Type::I8)
+    }
+
+    /// Where a pipelined loop's buffers go from `next_buffer` on: each load's first buffer and
+    /// the bytes of one, a load's `stages` buffers after the one's before.
+    pub(super) fn loop_buffers(&self, loop_info: &PipelinedLoop) -> Vec<(u32, u32)> {
+        let mut next = self.next_buffer;
+        loop_info
+            .loads
+            .iter()
+            .map(|load| {
+                let bytes = aligned_tile_bytes(self.kernel, self.layouts, load.value);
+                let buffer = (next, bytes);
+                next += loop_info.stages * bytes;
+                buffer
+            })
+            .collect()
+    }
+
     /// The TMA copies of every load's tile `ahead` iterations after the one the carried block
     /// pointers (`blocks`, by carried value) point at, into buffer `stage` (an i32 register),
     /// where the iteration `exists`: warp 0 waits for the buffer's `empty` phase of parity
@@ -606,9 +624,7 @@ impl Lowering<'_> {
             .loop_info
             .loads
             .iter()
-            .map(|l| {
-                (self.kernel.ty(l.value).num_elements() * self.dtype(l.value).size_bytes()) as u32
-            })
+            .map(|l| tile_bytes(self.kernel, l.value))
             .sum();
         self.emit_effect(Op::MbarrierArriveExpectTx { bar, bytes, pred });
         for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
@@ -618,9 +634,7 @@ impl Lowering<'_> {
             let carried = carried_index(inst, body_params, load.param)?;
             let block = self.advanced_block(load, &blocks[carried], ahead)?;
             let (buffers, buffer_bytes) = pipeline.buffers[i];
-            let size = self.i32_const(buffer_bytes as i64);
-            let offset = self.int(IntOp::Mul, stage, size);
-            let tile = self.shared_slot(buffers, offset, Type::I8);
+            let tile = self.buffer_of(buffers, buffer_bytes, stage);
             self.copy_tile_by_tma(inst, tile, &block, *map, leading, load.value, bar, warps)?;
         }
         Ok(())
@@ -1037,7 +1051,7 @@ impl Lowering<'_> {
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let issuing_warp = self.icmp(IntCmp::Ult, self.tid, warp_size);
         let value = load.value;
-        let bytes = (self.kernel.ty(value).num_elements() * self.dtype(value).size_bytes()) as u32;
+        let bytes = tile_bytes(self.kernel, value);
         self.emit_effect(Op::MbarrierArriveExpectTx {
             bar,
             bytes,

@@ -24,11 +24,11 @@
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::{SharedBase, SharedTile, aligned_tile_bytes};
+use super::dot::{SharedBase, SharedTile, aligned_tile_bytes, tile_bytes};
 use super::pipeline::MBARRIER_BYTES;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::{OnceLoad, THREADS_PER_WARP};
-use crate::thread::ir::{IntCmp, IntOp, Op, Reg, Type};
+use crate::thread::ir::{IntCmp, IntOp, Op, Reg};
 use crate::{CodegenError, Stage};
 
 /// The ring where a tile's top takes its slot: each of its loads' first buffer and bytes, its
@@ -220,17 +220,7 @@ impl Lowering<'_> {
         let Some([slot, phase]) = self.ring else {
             return Err(unsupported(inst, "expected a loop carrying the ring"));
         };
-        let mut next = self.next_buffer;
-        let buffers = ring
-            .loads
-            .iter()
-            .map(|l| {
-                let bytes = aligned_tile_bytes(self.kernel, self.layouts, l.value);
-                let buffer = (next, bytes);
-                next += ring.stages * bytes;
-                buffer
-            })
-            .collect();
+        let buffers = self.loop_buffers(ring);
         let full = self.next_barrier;
         Ok(RingHere {
             buffers,
@@ -278,10 +268,10 @@ impl Lowering<'_> {
                 warps: Some(issuing_warp),
             });
             let bytes = self
-                .ring_members()
-                .map(|value| {
-                    (self.kernel.ty(value).num_elements() * self.dtype(value).size_bytes()) as u32
-                })
+                .layouts
+                .tma_once_loads()
+                .filter(|l| !l.has_tile())
+                .map(|l| tile_bytes(self.kernel, l.value))
                 .sum();
             self.emit_effect(Op::MbarrierArriveExpectTx {
                 bar: full_bar,
@@ -290,9 +280,7 @@ impl Lowering<'_> {
             });
         }
         let (first, bytes) = ring.buffers[index];
-        let size = self.i32_const(bytes as i64);
-        let offset = self.int(IntOp::Mul, slot, size);
-        let tile = self.shared_slot(first, offset, Type::I8);
+        let tile = self.buffer_of(first, bytes, slot);
         let block = super::memory::BlockRegs::from_regs(&self.regs(ptr)?);
         let crate::layout::TmaLoad { map, leading } = &load.tma;
         self.copy_tile_by_tma(
@@ -307,17 +295,6 @@ impl Lowering<'_> {
         )?;
         self.leave_slot(&ring, index);
         Ok(())
-    }
-
-    /// The values of the loads that share the ring's slot, in the ring's order.
-    fn ring_members(&self) -> impl Iterator<Item = Value> + '_ {
-        let mut members: Vec<(usize, Value)> = self
-            .layouts
-            .tma_once_loads()
-            .filter_map(|l| Some((l.ring?, l.value)))
-            .collect();
-        members.sort();
-        members.into_iter().map(|(_, value)| value)
     }
 
     /// The consumers' side of ring-refilled load `load`: its tile is the ring's current slot's
