@@ -882,7 +882,7 @@ fn top_level_tma_loads_are_waited_for_where_first_read() {
     for (name, copies) in [
         ("attention_fwd_bf16_d128_causal_short_sm_90a", 2),
         ("attention_fwd_f16_d32_causal_sm_90a", 2),
-        ("attention_fwd_bf16_d64_sm_90a", 1),
+        ("attention_fwd_bf16_d64_causal_sm_90a", 1),
     ] {
         let case = case(name);
         // 40 x 555: several key blocks, so that the loops run.
@@ -1118,7 +1118,7 @@ fn two_warpgroup_gemm() -> (
     (program, emulated)
 }
 
-/// A tile staged from registers for `wgmma` (the D64 forward's Q, which it scales in
+/// A tile staged from registers for `wgmma` (the D64 causal forward's Q, which it scales in
 /// registers) is fenced for the async proxy before the barrier that precedes its first read:
 /// without the fence the emulator refuses the read. Barriers with nothing staged since the last
 /// one carry no fence: the key loop's, once per iteration, stays unfenced (a `MEMBAR.ALL.CTA`
@@ -1126,7 +1126,7 @@ fn two_warpgroup_gemm() -> (
 #[test]
 fn staged_tiles_are_fenced_for_wgmma_and_nothing_else_is() {
     use kiln_codegen::thread::{Block, Op};
-    let case = case("attention_fwd_bf16_d64_sm_90a");
+    let case = case("attention_fwd_bf16_d64_causal_sm_90a");
     let run = cases::runs(&case).swap_remove(0);
     let [x, y, z] = run.grid;
     let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
@@ -1531,9 +1531,10 @@ fn a_persistent_forward_writes_what_one_program_per_block_does() {
 /// A persistent forward (one program looping over the query blocks of every head) has its
 /// producer copy each block's Q, first K and last V tiles as well as the ring's, one block ahead:
 /// in the emulator it agrees with the interpreter, causal or not, with one program looping over
-/// two heads' blocks (each refilled tile's barriers through two phases). Without the
-/// consumers' arrivals on the refilled tiles' `empty` barriers the producer waits forever;
-/// without the producer's waits on them it copies over a tile the consumers may still read.
+/// two heads' blocks (each refilled tile's barriers through two phases; Q's two tiles by
+/// turns). Without the consumers' arrivals on the refilled tiles' `empty` barriers the producer
+/// waits forever; without the producer's waits on them, where a ring of four slots lets it run
+/// two blocks ahead (D64), it copies over a Q tile the consumers may still read.
 /// Its consumers stage no tile, so their turns run through the program: inside the loop over
 /// blocks every wait on a barrier of both warpgroups is a turn taken right before a `wgmma`, none
 /// a barrier of all consumers where a key loop starts or ends; without the turn given at the
@@ -1612,8 +1613,20 @@ fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
     let err = emulated(&no_first_turn).unwrap_err();
     assert!(err.to_string().contains("deadlock"), "{err}");
     // Refilled tiles' `empty` waits are the producer's waits of every warp (`warps: None`);
-    // the ring's name their warps.
+    // the ring's name their warps. Q takes two tiles by turns, and a ring of two slots keeps
+    // the producer from running two blocks ahead; one of four (at D64) does not.
     let refill_wait = |op: &Op| matches!(op, Op::MbarrierWait { warps: None, .. });
+    let deep = KernelConfig::new(128, 128, 8, 4)
+        .on_wgmma()
+        .with_producer()
+        .persistent();
+    let case = attention_case_at("attention_fwd", BF16, 64, false, Target::Sm90a, deep);
+    let run = cases::runs(&case).swap_remove(0);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(1, 1, 1), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
     let mut no_waits = program.clone();
     // Safety (of the test): the pointers are into `no_waits`, alive and not aliased here.
     let producer = unsafe { &mut *roles(&mut no_waits).0 };
@@ -2249,11 +2262,11 @@ fn shared_memory_above_48_kib_is_dynamic() {
         (128 + 128 + 128 + 2 * (128 + 128)) * 128 * 2 + 128
     );
     // The persistent one: its first K and last V tiles in a slot of the ring, O's tile for its
-    // TMA store instead.
+    // TMA store instead, and Q in two tiles by turns.
     let persistent = compile_case(&case("attention_fwd_bf16_d128_sm_90a"));
     assert_eq!(
         persistent.dynamic_shared_bytes(),
-        (128 + 2 * (128 + 128) + 128) * 128 * 2 + 128
+        (2 * 128 + 2 * (128 + 128) + 128) * 128 * 2 + 128
     );
     assert!(
         compiled

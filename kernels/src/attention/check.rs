@@ -330,7 +330,8 @@ pub fn designed_cases() -> Vec<Case> {
         cases.push(c);
     }
     // D128 without a mask: the table's forward is persistent, which takes a scale >= 0 (a
-    // negative one runs the long range's entry), over blocks of two heads.
+    // negative one runs the long range's entry), over blocks of two heads (D64's, persistent
+    // too, by the strided cases above).
     for scale in [-0.3, 0.0, 0.2] {
         let mut c = case(BF16, 1, 300, 333, 2, 1, 128, false);
         c.params.softmax_scale = scale;

@@ -11,7 +11,7 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (without a mask, 128 x 128, 8, 2, wgmma, producer, persistent; long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (without a mask, persistent but long; causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -40,7 +40,9 @@
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
 //! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). Without a mask, the D128 forward
 //! below 4k keys is persistent, one program an SM looping over the blocks: 1.22x at seqlen 512,
-//! 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session). Several spill a little (up
+//! 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session); so is D64's, in 128 x 128
+//! blocks with a producer, once its Q took two tiles by turns: 1.00-1.04x in compare.py at 1k-2k,
+//! 1.06-1.10x under the power cap (sixteenth session). Several spill a little (up
 //! to 700 bytes, ptxas 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
@@ -331,8 +333,8 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // The forward, with a mask or not, in 64 x 64 blocks of one warpgroup, several programs
-        // an SM: against the blocks before, causal 1.13x, 1.06x and 1.01x at seqlen 1k, 4k and
+        // The causal forward (and before the sixteenth session the one without a mask) in
+        // 64 x 64 blocks of one warpgroup, several programs an SM: against the blocks before, causal 1.13x, 1.06x and 1.01x at seqlen 1k, 4k and
         // 16k (128 x 64), unmasked 1.19x at 1k and 0.98-0.99x at 4k-16k (256 x 64 of 16 warps;
         // a table by sequence length would keep those beyond 2k): interleaved A/B, H200,
         // docs/PERF.md, 2026-11-26, seventh session.
@@ -343,12 +345,17 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
+        // Without a mask the forward is persistent in 128 x 128 blocks of two warpgroups with a
+        // producer (its Q in two tiles by turns): against the 64 x 64 blocks of one warpgroup,
+        // compare.py 1.00x at seqlen 1k and 1.04x at 2k, under the GPU's power cap 1.10x and
+        // 1.06x (it runs the GPU ~10% faster), in short bursts 1.10x at 512, 1.00x at 1k and
+        // 0.94-0.96x at 2k-3k (H200, run 197, docs/PERF.md, sixteenth session); long, below.
         // dQ in two warpgroups taking turns: 1.08x the blocks of one warpgroup at seqlen 8192
         // (`kiln tune`, docs/PERF.md, 2026-11-25, fifth session); the causal one keeps 64 x 64.
         // dK/dV key-major in 32-row query tiles: 1.03-1.09x 128 x 64 from 1k to 16k (run 113,
         // per kernel; `kiln tune` runs 102 and 106: causal 0.865x; docs/PERF.md, tenth session).
         (Target::Sm90a, 64) => [
-            c(64, 64, 4, 2).on_wgmma(),
+            c(128, 128, 8, 2).on_wgmma().with_producer().persistent(),
             c(128, 64, 8, 2).on_wgmma(),
             c(32, 64, 4, 2).on_wgmma(),
         ],

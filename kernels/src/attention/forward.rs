@@ -409,7 +409,9 @@ fn persistent<
         let unmasked_end = maximum(full_end - BLOCK_N, 0);
         let loops_end = maximum(cdiv(end_n, BLOCK_N) - 1, 0) * BLOCK_N;
         // The producer copies in this order: the first K tile (freed earliest), the block
-        // before's last V tile, then Q (freed after the loops of the block before).
+        // before's last V tile, then Q (two tiles by turns where shared memory has room, so
+        // that it waits for the block before the block before; else for the block before's
+        // key loops to end).
         let k_first_tile = load(k_block, [0]);
         let prev_batch = prev_head / heads_q;
         let prev_head_q = prev_head % heads_q;

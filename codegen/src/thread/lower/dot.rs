@@ -94,16 +94,20 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 
 /// Where staged tiles go in shared memory: the tiles of refilled TMA loads (a persistent
 /// kernel's per-tile loads, [`super::refill`]; those sharing the ring's slot have none) from 0,
-/// up to `refilled`; every other staged tile from there, each at its own place, then from
+/// `refill_buffers` of each, up to `refilled`; every other staged tile from there, each at its own place, then from
 /// `reduction` the tile the TMA stores of their own share (`atomic_add`s by TMA, stores in
 /// loops); above them, from `staged`, pipelined loads' buffers, a loop's above those of the
 /// loops around it, so that sibling loops reuse the same bytes (and TMA stores after the loops
 /// the same bytes again, one after the other: the layout stage lets them only where they fit);
 /// from `barriers`, TMA loops' `mbarrier`s, stacked alike; from `once_barriers`, one `mbarrier`
-/// for each top-level or refilled load TMA copies (and an `empty` one each after those, where
-/// some are refilled); the scratch above all, from `end`.
+/// for each top-level or refilled load TMA copies and buffer of it (and an `empty` one each
+/// after those, where some are refilled); the scratch above all, from `end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct SharedPlan {
+    /// How many tiles each refilled load takes by turns: two where they fit, so that the
+    /// producer copies the next tile's while the consumers still read this one's (a
+    /// persistent kernel runs one program an SM: shared memory it leaves unused buys nothing).
+    pub refill_buffers: u32,
     pub refilled: u32,
     pub reduction: u32,
     pub staged: u32,
@@ -116,20 +120,45 @@ pub(super) struct SharedPlan {
 const SCRATCH_ALIGN: u32 = 128;
 
 impl SharedPlan {
-    pub fn of(kernel: &Kernel, layouts: &LayoutAssignment) -> SharedPlan {
-        // Tiles staged from registers, and those one-shot TMA loads fill.
-        let staged: u32 = layouts
-            .all_conversions()
-            .filter(|c| c.kind == ConversionKind::Stage)
-            .map(|c| c.value)
-            .chain(
-                layouts
-                    .tma_once_loads()
-                    .filter(|l| l.has_tile())
-                    .map(|l| l.value),
-            )
-            .map(|value| aligned_tile_bytes(kernel, layouts, value))
+    /// The plan with two buffers of each refilled load where that fits in `max_shared_bytes`,
+    /// else with one.
+    pub fn of(kernel: &Kernel, layouts: &LayoutAssignment, max_shared_bytes: u32) -> SharedPlan {
+        let single = Self::with_refill_buffers(kernel, layouts, 1);
+        if single.refilled == 0 {
+            return single;
+        }
+        let double = Self::with_refill_buffers(kernel, layouts, 2);
+        if double.end <= max_shared_bytes {
+            double
+        } else {
+            single
+        }
+    }
+
+    fn with_refill_buffers(
+        kernel: &Kernel,
+        layouts: &LayoutAssignment,
+        refill_buffers: u32,
+    ) -> SharedPlan {
+        let refilled: u32 = layouts
+            .tma_once_loads()
+            .filter(|l| l.refills() && l.has_tile())
+            .map(|l| refill_buffers * aligned_tile_bytes(kernel, layouts, l.value))
             .sum();
+        // Tiles staged from registers, and those one-shot TMA loads fill.
+        let staged = refilled
+            + layouts
+                .all_conversions()
+                .filter(|c| c.kind == ConversionKind::Stage)
+                .map(|c| c.value)
+                .chain(
+                    layouts
+                        .tma_once_loads()
+                        .filter(|l| !l.refills() && l.has_tile())
+                        .map(|l| l.value),
+                )
+                .map(|value| aligned_tile_bytes(kernel, layouts, value))
+                .sum::<u32>();
         let reduction = staged;
         let staged = staged
             + layouts
@@ -143,20 +172,18 @@ impl SharedPlan {
         let barriers = nested_loop_bytes(layouts, &kernel.body, &mut 0, &|p| {
             pipeline_barrier_bytes(layouts, p)
         });
-        let refilled = layouts
-            .tma_once_loads()
-            .filter(|l| l.refills() && l.has_tile())
-            .map(|l| aligned_tile_bytes(kernel, layouts, l.value))
-            .sum();
         let kinds = if refilled > 0 { 2 } else { 1 };
-        let once =
-            kinds * layouts.tma_once_loads().count() as u32 * super::pipeline::MBARRIER_BYTES;
+        let once = kinds
+            * refill_buffers
+            * layouts.tma_once_loads().count() as u32
+            * super::pipeline::MBARRIER_BYTES;
         let end = if barriers + once == 0 {
             staged + buffers
         } else {
             (staged + buffers + barriers + once).next_multiple_of(SCRATCH_ALIGN)
         };
         SharedPlan {
+            refill_buffers,
             refilled,
             reduction,
             staged,

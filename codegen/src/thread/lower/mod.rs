@@ -46,8 +46,8 @@ pub fn lower(
     layouts: &LayoutAssignment,
     options: &CompileOptions,
 ) -> Result<Program> {
-    let plan = dot::SharedPlan::of(kernel, layouts);
     let max_shared_bytes = options.target.max_shared_bytes();
+    let plan = dot::SharedPlan::of(kernel, layouts, max_shared_bytes);
     if plan.end > max_shared_bytes {
         return Err(CodegenError::Options {
             message: format!(
@@ -82,6 +82,7 @@ pub fn lower(
         next_buffer: plan.staged,
         next_barrier: plan.barriers,
         once_barriers: plan.once_barriers,
+        refill_buffers: plan.refill_buffers,
         once_loads: Vec::new(),
         loop_counter: None,
         releases: Vec::new(),
@@ -172,6 +173,8 @@ pub(super) struct Lowering<'a> {
     converted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Where the `mbarrier`s of top-level TMA loads start.
     once_barriers: u32,
+    /// How many tiles each refilled load takes by turns ([`dot::SharedPlan`]).
+    refill_buffers: u32,
     /// The tiles top-level or refilled TMA loads fill (and their `trans` views), with the
     /// load's barrier and the parity of the phase to wait for, until someone waited for it.
     once_loads: Vec<(Value, Option<(Reg, Reg)>)>,

@@ -995,11 +995,10 @@ impl Lowering<'_> {
         let value = load.value;
         let start = self.next_staged;
         self.next_staged += aligned_tile_bytes(self.kernel, self.layouts, value);
-        self.place_once_tile(inst, load, start)?;
+        self.place_once_tile(inst, load, SharedBase::Fixed(start))?;
         let zero = self.i32_const(0);
         let issuer = self.icmp(IntCmp::Eq, self.tid, zero);
-        let index = self.i32_const(rank as i64);
-        let bar = self.barrier_of(self.once_barriers, index);
+        let bar = self.once_barrier(rank, zero);
         self.emit_effect(Op::MbarrierInit {
             bar,
             count: 1,
@@ -1008,19 +1007,23 @@ impl Lowering<'_> {
         // Everyone sees the barrier set up before anyone waits on it.
         self.emit_effect(Op::FenceMbarrierInit);
         self.barrier();
-        self.copy_whole_tile(inst, ptr, load, start, bar)?;
+        let tile = self.emit(
+            Op::SharedAddress { offset: start },
+            Type::Ptr(Space::Shared),
+        );
+        self.copy_whole_tile(inst, ptr, load, tile, bar)?;
         let first_phase = self.i32_const(0);
         self.once_loads.push((value, Some((bar, first_phase))));
         Ok(())
     }
 
-    /// The shared tile of one-shot or refilled load `load`, at byte `offset`: where `dot`s
-    /// read its value.
+    /// The shared tile of one-shot or refilled load `load`, at `base`: where `dot`s read its
+    /// value.
     pub(super) fn place_once_tile(
         &mut self,
         inst: &TileInst,
         load: &OnceLoad,
-        offset: u32,
+        base: SharedBase,
     ) -> Result<()> {
         let value = load.value;
         let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
@@ -1028,7 +1031,7 @@ impl Lowering<'_> {
         self.shared_tiles.insert(
             value,
             SharedTile {
-                base: SharedBase::Fixed(offset),
+                base,
                 layout: load.shared.swizzled([rows, cols]),
                 elem: memory_type(self.dtype(value)),
             },
@@ -1037,13 +1040,13 @@ impl Lowering<'_> {
     }
 
     /// Thread 0 arrives on `bar` expecting the bytes of `load`'s tile, and warp 0 copies the
-    /// tile at block pointer `ptr` into the shared tile at `offset`, slab by slab.
+    /// tile at block pointer `ptr` into the shared tile at `tile`, slab by slab.
     pub(super) fn copy_whole_tile(
         &mut self,
         inst: &TileInst,
         ptr: Value,
         load: &OnceLoad,
-        offset: u32,
+        tile: Reg,
         bar: Reg,
     ) -> Result<()> {
         let zero = self.i32_const(0);
@@ -1058,7 +1061,6 @@ impl Lowering<'_> {
             pred: issuer,
         });
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
-        let tile = self.emit(Op::SharedAddress { offset }, Type::Ptr(Space::Shared));
         let TmaLoad { map, leading } = &load.tma;
         self.copy_tile_by_tma(inst, tile, &block, *map, leading, value, bar, issuing_warp)
     }

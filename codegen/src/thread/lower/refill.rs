@@ -10,9 +10,12 @@
 //!                                                 arrive empty(r)
 //! ```
 //!
-//! The parity is the loop's iteration count's, `((iv - lower) / step) & 1`: each iteration
-//! completes one phase of each barrier. Refilled tiles lie at the bottom of shared memory, at
-//! offsets both roles compute alike ([`super::dot::SharedPlan`]).
+//! Where shared memory allows ([`super::dot::SharedPlan`]'s `refill_buffers`), each such load
+//! takes two tiles by turns, so that the producer copies the next iteration's while the
+//! consumers still read this one's: iteration `i` (counted `(iv - lower) / step`) uses tile and
+//! barriers `i % buffers`, and waits for their phase `(i / buffers) & 1`, each use completing one
+//! phase of each. Refilled tiles lie at the bottom of shared memory, at offsets both roles
+//! compute alike.
 //!
 //! Refilled loads that fill one slot of the ring the loop's TMA loops stream through
 //! ([`OnceLoad::ring`], the persistent forward's first K and last V tiles) take that slot
@@ -52,25 +55,28 @@ pub(super) struct RingSlot {
 }
 
 impl Lowering<'_> {
-    /// The shared offset of refilled load `rank`'s tile: the refilled tiles before it, in
-    /// program order, from 0.
+    /// The shared offset of refilled load `rank`'s first tile: the refilled tiles before it,
+    /// in program order, from 0.
     fn refilled_tile(&self, rank: usize) -> u32 {
         self.layouts
             .tma_once_loads()
             .take(rank)
             .filter(|l| l.refills() && l.has_tile())
-            .map(|l| aligned_tile_bytes(self.kernel, self.layouts, l.value))
+            .map(|l| self.refill_buffers * aligned_tile_bytes(self.kernel, self.layouts, l.value))
             .sum()
     }
 
-    /// The `full` and `empty` barriers of once-load `rank` (the `empty` ones after every
-    /// `full` one).
-    fn refill_barriers(&mut self, rank: usize) -> [Reg; 2] {
+    /// The `mbarrier` of once-load barrier `index` (a load's rank; an `empty` one's after every
+    /// `full` one), for its tile `slot` (an i32 register).
+    pub(super) fn once_barrier(&mut self, index: usize, slot: Reg) -> Reg {
+        let first = self.once_barriers + index as u32 * self.refill_buffers * MBARRIER_BYTES;
+        self.barrier_of(first, slot)
+    }
+
+    /// The `full` and `empty` barriers of once-load `rank`'s tile `slot`.
+    fn refill_barriers(&mut self, rank: usize, slot: Reg) -> [Reg; 2] {
         let loads = self.layouts.tma_once_loads().count();
-        [rank, loads + rank].map(|slot| {
-            let slot = self.i32_const(slot as i64);
-            self.barrier_of(self.once_barriers, slot)
-        })
+        [rank, loads + rank].map(|index| self.once_barrier(index, slot))
     }
 
     /// Sets up every refilled load's barriers (thread 0), before the roles split: `full` ones
@@ -85,30 +91,42 @@ impl Lowering<'_> {
             .map(|(rank, _)| rank)
             .collect();
         for rank in refilled {
-            let [full, empty] = self.refill_barriers(rank);
-            for (bar, count) in [(full, 1), (empty, self.threads)] {
-                self.emit_effect(Op::MbarrierInit {
-                    bar,
-                    count,
-                    pred: issuer,
-                });
+            for slot in 0..self.refill_buffers {
+                let slot = self.i32_const(slot as i64);
+                let [full, empty] = self.refill_barriers(rank, slot);
+                for (bar, count) in [(full, 1), (empty, self.threads)] {
+                    self.emit_effect(Op::MbarrierInit {
+                        bar,
+                        count,
+                        pred: issuer,
+                    });
+                }
             }
         }
     }
 
-    /// The parity of the enclosing loop's iteration, `((iv - lower) / step) & 1`.
-    fn iteration_parity(&mut self, inst: &TileInst) -> Result<Reg> {
+    /// The tile a refilled load of the enclosing loop's iteration `i = (iv - lower) / step`
+    /// takes, and the parity of the phase its barriers complete: `i % buffers` and
+    /// `(i / buffers) & 1`.
+    fn iteration_slot(&mut self, inst: &TileInst) -> Result<[Reg; 2]> {
         let Some([iv, lower, step]) = self.loop_counter else {
             return Err(unsupported(inst, "expected a load refilled in a loop"));
         };
         let count = self.int(IntOp::Sub, iv, lower);
         let count = self.int(IntOp::SDiv, count, step);
         let one = self.i32_const(1);
-        Ok(self.int(IntOp::And, count, one))
+        if self.refill_buffers == 1 {
+            let slot = self.i32_const(0);
+            return Ok([slot, self.int(IntOp::And, count, one)]);
+        }
+        let buffers = self.i32_const(self.refill_buffers as i64);
+        let slot = self.int(IntOp::SRem, count, buffers);
+        let round = self.int(IntOp::SDiv, count, buffers);
+        Ok([slot, self.int(IntOp::And, round, one)])
     }
 
     /// The producer's copy of refilled load `rank` (the first warp of its warpgroup runs it):
-    /// waits until the consumers freed the tile, then copies this iteration's into it.
+    /// waits until the consumers freed this iteration's tile, then copies into it.
     pub(super) fn produce_refill(
         &mut self,
         inst: &TileInst,
@@ -119,22 +137,24 @@ impl Lowering<'_> {
         if let Some(index) = load.ring {
             return self.produce_into_ring(inst, ptr, index, load);
         }
-        let parity = self.iteration_parity(inst)?;
+        let [slot, parity] = self.iteration_slot(inst)?;
         let one = self.i32_const(1);
         // A fresh barrier's phase before the first counts as complete.
         let empty_parity = self.int(IntOp::Xor, parity, one);
-        let [full, empty] = self.refill_barriers(rank);
+        let [full, empty] = self.refill_barriers(rank, slot);
         self.emit_effect(Op::MbarrierWait {
             bar: empty,
             parity: empty_parity,
             warps: None,
         });
-        let offset = self.refilled_tile(rank);
-        self.copy_whole_tile(inst, ptr, load, offset, full)
+        let first = self.refilled_tile(rank);
+        let bytes = aligned_tile_bytes(self.kernel, self.layouts, load.value);
+        let tile = self.buffer_of(first, bytes, slot);
+        self.copy_whole_tile(inst, ptr, load, tile, full)
     }
 
-    /// The consumers' side of refilled load `rank`: its tile is there once this iteration's
-    /// phase of its `full` barrier completes, waited for where it is first read
+    /// The consumers' side of refilled load `rank`: this iteration's tile is there once its
+    /// `full` barrier's phase completes, waited for where it is first read
     /// ([`Self::wait_for_once_loads`]).
     pub(super) fn consume_refill(
         &mut self,
@@ -145,10 +165,19 @@ impl Lowering<'_> {
         if let Some(index) = load.ring {
             return self.consume_from_ring(inst, index, load);
         }
-        let offset = self.refilled_tile(rank);
-        self.place_once_tile(inst, load, offset)?;
-        let parity = self.iteration_parity(inst)?;
-        let [full, _] = self.refill_barriers(rank);
+        let first = self.refilled_tile(rank);
+        let [slot, parity] = self.iteration_slot(inst)?;
+        let base = if self.refill_buffers == 1 {
+            SharedBase::Fixed(first)
+        } else {
+            SharedBase::Slot {
+                buffers: first,
+                bytes: aligned_tile_bytes(self.kernel, self.layouts, load.value),
+                slot,
+            }
+        };
+        self.place_once_tile(inst, load, base)?;
+        let [full, _] = self.refill_barriers(rank, slot);
         self.once_loads.push((load.value, Some((full, parity))));
         Ok(())
     }
@@ -166,7 +195,10 @@ impl Lowering<'_> {
         for (rank, own_tile) in released {
             // A tile of the ring's slot frees the slot's barrier, once all of them are freed.
             let empty = match (own_tile, self.ring_slot) {
-                (true, _) => self.refill_barriers(rank)[1],
+                (true, _) => {
+                    let [slot, _] = self.iteration_slot(inst)?;
+                    self.refill_barriers(rank, slot)[1]
+                }
                 (false, Some(slot)) => slot.empty,
                 (false, None) => {
                     return Err(CodegenError::internal(
