@@ -80,7 +80,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, LAST_BLOCK_APART = true, OVERLAP_SOFTMAX = true, PERSISTENT = false, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, LAST_BLOCK_APART = true, OVERLAP_SOFTMAX = true, PERSISTENT = true, T = f16>"
         ),
         "{out}"
     );

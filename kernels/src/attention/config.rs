@@ -12,7 +12,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (without a mask, 128 x 128, 8, 2, wgmma, producer, persistent; long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (without a mask, persistent but long; causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (persistent but long; causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -38,9 +38,10 @@
 //! warpgroup issue its copies (FlashAttention-3's warp specialisation): at 128 1.04-1.07x from 1k
 //! to 16k, causal or not, at 256 1.00-1.06x (most at 1k); elsewhere it lost or tied (dQ
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
-//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). Without a mask, the D128 forward
-//! below 4k keys is persistent, one program an SM looping over the blocks: 1.22x at seqlen 512,
-//! 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session); so is D64's, in 128 x 128
+//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). The D128 forward below 4k keys a
+//! program is persistent, one program an SM looping over the blocks: without a mask 1.22x at
+//! seqlen 512, 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal 1.13x
+//! at 2k and 1.05x at 4k (sixteenth session); so is D64's without a mask, in 128 x 128
 //! blocks with a producer, once its Q took two tiles by turns: 1.00-1.04x in compare.py at 1k-2k,
 //! 1.06-1.10x under the power cap (sixteenth session). Several spill a little (up
 //! to 700 bytes, ptxas 13.0) and are still the fastest measured.
@@ -363,13 +364,11 @@ pub fn config(
             // Two warpgroups taking turns at the tensor cores: 1.19x (1.16x causal) the
             // 64 x 64 blocks of one warpgroup (`kiln tune`, seqlen 8192, docs/PERF.md,
             // 2026-11-25, fifth session); a producer warpgroup issues the copies: 1.04-1.07x
-            // (eleventh session). Without a mask, persistent: 1.22x at seqlen 512, 1.11x at
-            // 1k, 1.04x at 2k, 1.02x at 3k (run 191, fifteenth session); long, below.
-            if causal {
-                c(128, 128, 8, 2).on_wgmma().with_producer()
-            } else {
-                c(128, 128, 8, 2).on_wgmma().with_producer().persistent()
-            },
+            // (eleventh session). Persistent: without a mask 1.22x at seqlen 512, 1.11x at
+            // 1k, 1.04x at 2k, 1.02x at 3k (run 191, fifteenth session); causal, each program
+            // on pairs of one head's blocks, 1.13x at 2k and 1.05x at 4k (1.07x and 1.04x under
+            // the power cap; run 200, sixteenth session); long, below.
+            c(128, 128, 8, 2).on_wgmma().with_producer().persistent(),
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
@@ -400,14 +399,13 @@ pub fn config(
     // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
     // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
     // 175-177, fourteenth session), D128's causal one in 64 x 64 of one warpgroup up to 512
-    // (1.04x at 1k; 0.93x at 2k), and D128's without a mask one program a block from 4k keys
-    // (the persistent one 1.00x at 4k, 0.95x at 16k: run 190, fifteenth session).
+    // (1.04x at 1k; 0.93x at 2k), and D128's one program a block from 4k keys (the
+    // persistent one 1.00x at 4k, 0.95x at 16k: run 190, fifteenth session; causal 1.01x at 8k,
+    // 0.92x at 16k: run 200, sixteenth session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
         (Target::Sm90a, 128, true, KeyLength::Short) => c(64, 64, 4, 2).on_wgmma(),
-        (Target::Sm90a, 128, false, KeyLength::Long) => {
-            c(128, 128, 8, 2).on_wgmma().with_producer()
-        }
+        (Target::Sm90a, 128, _, KeyLength::Long) => c(128, 128, 8, 2).on_wgmma().with_producer(),
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {

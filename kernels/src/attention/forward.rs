@@ -367,7 +367,6 @@ fn persistent<
 ) {
     let m_blocks = cdiv(seqlen_q, BLOCK_M);
     let heads = batches * heads_q;
-    let tiles = m_blocks * heads;
     let programs = num_programs(0);
     let shift = seqlen_k - seqlen_q;
     let qk_scale = maximum(softmax_scale * f32::consts::LOG2_E, f32::MIN_POSITIVE);
@@ -379,9 +378,9 @@ fn persistent<
     let mut l_i = zeros([BLOCK_M], f32);
     let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
     let mut p_t = zeros([BLOCK_M, BLOCK_N], T);
-    for tile in (program_id(0)..tiles + programs).step_by(programs) {
-        let (tile_m, tile_head) = persistent_tile::<CAUSAL>(tile, m_blocks, heads);
-        let real = tile < tiles;
+    let slots = persistent_slots::<CAUSAL>(m_blocks, heads);
+    for slot in (program_id(0)..slots + programs).step_by(programs) {
+        let (tile_m, tile_head, real) = persistent_tile::<CAUSAL>(slot, m_blocks, heads);
         let start_m = where_(real, tile_m, m_blocks);
         let batch_head = where_(real, tile_head, 0);
         let batch = batch_head / heads_q;
@@ -492,35 +491,53 @@ fn persistent<
     }
 }
 
-/// The query block and head (batch x query head) of tile `tile` of a persistent forward, whose
-/// programs each take every `num_programs(0)`-th tile: one head's blocks after another; causal,
-/// the longest blocks of every head first, and every other round of tiles that every program
-/// takes part in reversed, so that the program that took a round's longest block takes the
-/// next round's shortest (taken in order, a program's blocks stay longer than the next one's in
-/// every round).
+/// The slots a persistent forward's programs take between them, `num_programs(0)` a round:
+/// without a mask one per tile; causal, two rounds for each round of pairs of blocks
+/// ([`persistent_tile`]).
 #[kernel_fn]
-fn persistent_tile<const CAUSAL: bool>(tile: i32, m_blocks: i32, heads: i32) -> (i32, i32) {
+fn persistent_slots<const CAUSAL: bool>(m_blocks: i32, heads: i32) -> i32 {
     let programs = num_programs(0);
-    let full_rounds_end = m_blocks * heads / programs * programs;
-    let round_start = tile - program_id(0);
-    let mirrored = round_start + programs - 1 - program_id(0);
-    let odd_round = round_start / programs % 2 == 1;
-    let snaked = where_(
-        tile < full_rounds_end,
-        where_(odd_round, mirrored, tile),
-        tile,
-    );
-    let start_m = if CAUSAL {
-        m_blocks - 1 - snaked / heads
+    if CAUSAL {
+        2 * cdiv(heads * cdiv(m_blocks, 2), programs) * programs
     } else {
-        tile % m_blocks
+        m_blocks * heads
+    }
+}
+
+/// The query block and head (batch x query head) of slot `slot` of a persistent forward, whose
+/// programs each take every `num_programs(0)`-th slot, and whether it is a block at all.
+/// Without a mask the slots are the tiles, one head's blocks after another. Causal, a program
+/// takes a pair of one head's blocks, `j` and `m_blocks - 1 - j`, whose keys add up to the same
+/// for every pair (the longer in one round, the shorter in the next), so that equal shares of
+/// pairs are equal shares of work; the programs running at once take neighbouring pairs, a few
+/// heads' whose K and V the L2 cache holds (the longest blocks of every head first had every
+/// program on a head of its own, and the GPU ran 5% slower under its power cap: docs/PERF.md,
+/// fifteenth and sixteenth sessions). A middle block (`m_blocks` odd) pairs with none.
+#[kernel_fn]
+fn persistent_tile<const CAUSAL: bool>(slot: i32, m_blocks: i32, heads: i32) -> (i32, i32, bool) {
+    let programs = num_programs(0);
+    let round = slot / programs;
+    let pairs = cdiv(m_blocks, 2);
+    let pair = round / 2 * programs + program_id(0);
+    let j = pair % pairs;
+    let longer = m_blocks - 1 - j;
+    let first = round % 2 == 0;
+    let start_m = if CAUSAL {
+        where_(first, longer, j)
+    } else {
+        slot % m_blocks
     };
     let head = if CAUSAL {
-        snaked % heads
+        pair / pairs
     } else {
-        tile / m_blocks
+        slot / m_blocks
     };
-    (start_m, head)
+    let real = if CAUSAL {
+        pair < heads * pairs && (first || j < longer)
+    } else {
+        slot < m_blocks * heads
+    };
+    (start_m, head, real)
 }
 
 /// With `OVERLAP_SOFTMAX`, from the first key block's masked scores `qk`: its softmax (from the

@@ -15,9 +15,7 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, KernelConfig, Tensor, cpu, plan, prebuilt,
-};
+use kiln_kernels::attention::{AttentionParams, Tensor, cpu, plan, prebuilt};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -404,29 +402,6 @@ pub fn cases() -> Vec<Case> {
             target: s.target,
             wgmma: s.config.wgmma,
             producer: s.config.producer,
-        });
-    }
-    // The persistent causal D128 forward, which no table entry uses but `kiln tune` tries: one
-    // program looping over every block ([`attention_runs`]).
-    {
-        let p = attention_params(BF16, 128, true, 4096, 4096);
-        let config = KernelConfig::new(128, 128, 8, 2)
-            .on_wgmma()
-            .with_producer()
-            .persistent();
-        let kernel = AttentionKernel::Forward
-            .build(&p.spec(AttentionKernel::Forward, config))
-            .expect("the persistent forward builds");
-        cases.push(Case {
-            name: "attention_fwd_bf16_d128_causal_persistent_sm_90a".to_string(),
-            divisibility: prebuilt::divisibility(AttentionKernel::Forward),
-            tolerance: attention_tolerance("attention_fwd", BF16),
-            kernel,
-            num_warps: config.num_warps,
-            num_stages: config.num_stages,
-            target: Target::Sm90a,
-            wgmma: true,
-            producer: true,
         });
     }
     for target in Target::ALL {

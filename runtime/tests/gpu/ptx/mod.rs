@@ -4,7 +4,6 @@
 
 #[rustfmt::skip]
 pub const PTX: &[(&str, &str, u32)] = &[
-    ("attention_fwd_bf16_d128_causal_persistent_sm_90a", include_str!("attention_fwd_bf16_d128_causal_persistent_sm_90a.ptx"), 229504),
     ("column_sums_f16_m32_n64_w4_sm_80", include_str!("column_sums_f16_m32_n64_w4_sm_80.ptx"), 0),
     ("column_sums_f16_m32_n64_w4_sm_90a", include_str!("column_sums_f16_m32_n64_w4_sm_90a.ptx"), 0),
     ("column_sums_f32_m32_n64_w4_sm_80", include_str!("column_sums_f32_m32_n64_w4_sm_80.ptx"), 0),
