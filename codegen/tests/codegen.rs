@@ -878,11 +878,11 @@ fn the_emulator_finds_tma_copies_misused() {
 #[test]
 fn top_level_tma_loads_are_waited_for_where_first_read() {
     use kiln_codegen::thread::Op;
-    // (The D128 forward's other blocks have a producer warpgroup issue their copies.)
+    // (The D64 and D128 forwards' other blocks have a producer warpgroup issue their copies.)
     for (name, copies) in [
-        ("attention_fwd_bf16_d128_causal_short_sm_90a", 2),
+        ("attention_fwd_bf16_d32_sm_90a", 2),
         ("attention_fwd_f16_d32_causal_sm_90a", 2),
-        ("attention_fwd_bf16_d64_causal_sm_90a", 1),
+        ("attention_fwd_bf16_d64_long_sm_90a", 1),
     ] {
         let case = case(name);
         // 40 x 555: several key blocks, so that the loops run.
@@ -1090,7 +1090,7 @@ fn the_forward_issues_its_first_copies_before_its_first_scores() {
     let copy = |op: &Op| matches!(op, Op::TmaLoad { .. });
     let wgmma = |op: &Op| matches!(op, Op::Wgmma { .. });
     let global_load = |op: &Op| matches!(op, Op::LoadVector { .. });
-    let forward = program("attention_fwd", 64);
+    let forward = program("attention_fwd", 32);
     let forward_copy = first(&forward, &copy).expect("the forward copies");
     assert!(forward_copy < first(&forward, &global_load).expect("Q's load"));
     assert!(forward_copy < first(&forward, &wgmma).expect("the first scores"));
@@ -1118,7 +1118,7 @@ fn two_warpgroup_gemm() -> (
     (program, emulated)
 }
 
-/// A tile staged from registers for `wgmma` (the D64 causal forward's Q, which it scales in
+/// A tile staged from registers for `wgmma` (the D32 causal forward's Q, which it scales in
 /// registers) is fenced for the async proxy before the barrier that precedes its first read:
 /// without the fence the emulator refuses the read. Barriers with nothing staged since the last
 /// one carry no fence: the key loop's, once per iteration, stays unfenced (a `MEMBAR.ALL.CTA`
@@ -1126,7 +1126,7 @@ fn two_warpgroup_gemm() -> (
 #[test]
 fn staged_tiles_are_fenced_for_wgmma_and_nothing_else_is() {
     use kiln_codegen::thread::{Block, Op};
-    let case = case("attention_fwd_bf16_d64_causal_sm_90a");
+    let case = case("attention_fwd_bf16_d32_causal_sm_90a");
     let run = cases::runs(&case).swap_remove(0);
     let [x, y, z] = run.grid;
     let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();

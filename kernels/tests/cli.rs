@@ -186,7 +186,7 @@ fn compiler_stages_need_the_codegen_feature() {
     let err = fails(&["ptx", "softmax_rows", "--arch", "sm_80"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
     assert!(err.contains("--features codegen"), "{err}");
-    let err = fails(&["ptx", "attention_fwd", "--warps", "8"]);
+    let err = fails(&["ptx", "attention_fwd", "--warps", "2"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");
     let err = fails(&["ptx", "attention_fwd", "--wgmma", "no"]);
     assert!(err.contains("not a specialisation kiln ships"), "{err}");

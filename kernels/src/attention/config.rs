@@ -11,8 +11,8 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 64 x 64, 4, 2, wgmma (without a mask, 128 x 128, 8, 2, wgmma, producer, persistent; long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer (persistent but long; causal, short: 64 x 64, 4, 2, wgmma) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent (long: not persistent) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -20,9 +20,9 @@
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
-//! 4096 (causal, half the keys), where other forward blocks than the entry's own measured faster;
-//! each ships as a specialisation of its own (`_short`, `_long`) and the launch picks it by
-//! `seqlen_q` and `seqlen_k`. A persistent forward takes a softmax scale >= 0 only: a call with a
+//! 4096 (causal, half the keys), where other forward blocks than the entry's own may measure
+//! faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
+//! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a softmax scale >= 0 only: a call with a
 //! negative one runs the long range's entry, which is not persistent
 //! ([`super::plan::forward`]).
 //!
@@ -40,10 +40,11 @@
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
 //! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). The D128 forward below 4k keys a
 //! program is persistent, one program an SM looping over the blocks: without a mask 1.22x at
-//! seqlen 512, 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal 1.13x
-//! at 2k and 1.05x at 4k (sixteenth session); so is D64's without a mask, in 128 x 128
-//! blocks with a producer, once its Q took two tiles by turns: 1.00-1.04x in compare.py at 1k-2k,
-//! 1.06-1.10x under the power cap (sixteenth session). Several spill a little (up
+//! seqlen 512, 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal (on
+//! pairs of blocks) 1.21x at 1k, 1.13x at 2k and 1.05x at 4k (sixteenth session); so is D64's,
+//! in 128 x 128 blocks with a producer, once its Q took two tiles by turns: without a mask
+//! 1.00-1.04x in compare.py at 1k-2k, 1.06-1.10x under the power cap, causal 1.08-1.09x there
+//! (sixteenth session). Several spill a little (up
 //! to 700 bytes, ptxas 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
@@ -334,13 +335,13 @@ pub fn config(
             c(64, 64, 4, 2).on_wgmma(),
             c(128, 64, 4, 2).on_wgmma(),
         ],
-        // The causal forward (and before the sixteenth session the one without a mask) in
-        // 64 x 64 blocks of one warpgroup, several programs an SM: against the blocks before, causal 1.13x, 1.06x and 1.01x at seqlen 1k, 4k and
-        // 16k (128 x 64), unmasked 1.19x at 1k and 0.98-0.99x at 4k-16k (256 x 64 of 16 warps;
-        // a table by sequence length would keep those beyond 2k): interleaved A/B, H200,
-        // docs/PERF.md, 2026-11-26, seventh session.
+        // The forward persistent on pairs of 128 x 128 blocks with a producer, as without a mask
+        // (below): 1.09x the 64 x 64 blocks of one warpgroup under the GPU's power cap at seqlen
+        // 1k-4k, 1.01-1.02x in short bursts (run 202, sixteenth session). Those blocks had
+        // beaten the ones before (causal 1.13x, 1.06x and 1.01x at seqlen 1k, 4k and 16k against
+        // 128 x 64: interleaved A/B, H200, docs/PERF.md, 2026-11-26, seventh session).
         (Target::Sm90a, 64) if causal => [
-            c(64, 64, 4, 2).on_wgmma(),
+            c(128, 128, 8, 2).on_wgmma().with_producer().persistent(),
             // On TMA: 1.04x 64 x 128 for dQ, and dK/dV back to the full one's 128 x 64,
             // 1.10x 64 x 64 on 3 stages (docs/PERF.md, 2026-11-25, third session).
             c(64, 64, 4, 2).on_wgmma(),
@@ -398,13 +399,11 @@ pub fn config(
     // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
     // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
     // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
-    // 175-177, fourteenth session), D128's causal one in 64 x 64 of one warpgroup up to 512
-    // (1.04x at 1k; 0.93x at 2k), and D128's one program a block from 4k keys (the
+    // 175-177, fourteenth session), and D128's one program a block from 4k keys (the
     // persistent one 1.00x at 4k, 0.95x at 16k: run 190, fifteenth session; causal 1.01x at 8k,
     // 0.92x at 16k: run 200, sixteenth session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
-        (Target::Sm90a, 128, true, KeyLength::Short) => c(64, 64, 4, 2).on_wgmma(),
         (Target::Sm90a, 128, _, KeyLength::Long) => c(128, 128, 8, 2).on_wgmma().with_producer(),
         _ => forward,
     };
