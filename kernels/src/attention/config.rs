@@ -399,9 +399,11 @@ pub fn config(
     // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
     // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
     // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
-    // 175-177, fourteenth session), and D128's one program a block from 4k keys (the
-    // persistent one 1.00x at 4k, 0.95x at 16k: run 190, fifteenth session; causal 1.01x at 8k,
-    // 0.92x at 16k: run 200, sixteenth session).
+    // 175-177, fourteenth session; the persistent entry 0.95x at 8k and 16k, causal 1.11x and
+    // 1.07x, but a long range's entry must not be persistent: it runs the calls with a negative
+    // scale, run 203, sixteenth session), and D128's one program a block from 4k keys (the
+    // persistent one 1.00x at 4k, 0.93-0.95x at 16k: runs 190 and 203; causal 1.00x at 8k,
+    // 0.92x at 16k: runs 200 and 203, fifteenth and sixteenth sessions).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
         (Target::Sm90a, 128, _, KeyLength::Long) => c(128, 128, 8, 2).on_wgmma().with_producer(),

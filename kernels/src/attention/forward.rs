@@ -21,10 +21,10 @@
 //! key blocks (docs/PERF.md, 2026-11-26, eighth session).
 //!
 //! With `PERSISTENT` (a configuration with a producer, `kiln tune`'s `:persistent`; the table's
-//! D128 forward without a mask below 4k keys, 1.04-1.22x the one-program-per-block one there:
-//! docs/PERF.md, fifteenth session) one program an SM loops over every head's query blocks
-//! (`persistent` below), its producer copying each block's Q and first K tile while the block
-//! before finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key
+//! D64 and D128 forwards below 4k keys a program, 1.03-1.22x the blocks before there:
+//! docs/PERF.md, fifteenth and sixteenth sessions) one program an SM loops over every head's
+//! query blocks (`persistent` below; causal, over pairs of them), its producer copying each
+//! block's Q and first K tile while the block before finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key
 //! loops' ring, and its output goes out by TMA from a tile of its own.
 
 use kiln_dsl::{kernel, kernel_fn};
@@ -324,14 +324,15 @@ fn query_block_forward<
     );
 }
 
-/// A persistent forward: each program takes every `num_programs(0)`-th block of query rows
+/// A persistent forward: each program takes every `num_programs(0)`-th slot of query blocks
 /// ([`persistent_tile`]), its producer copying a block's Q and first K tile (and the previous
 /// block's last V tile) while the consumers finish the block before. Each block's last `P @ V`
 /// and output come at the top of the next iteration, issued before the next block's first
 /// scores and written while those run; an iteration past the last block finishes it. The block
 /// "before" the first and the one "after" the last lie past the end: what they load is zeros
-/// and what they store nothing. Q goes to the tensor cores as loaded, so the scale must be >= 0
-/// (the launch gives a negative one to the one-program-per-block kernel).
+/// and what they store nothing (so do slots that are no block). Q goes to the tensor cores as
+/// loaded, so the scale must be >= 0 (the launch gives a negative one to the long range's
+/// kernel, which is not persistent).
 #[kernel_fn]
 fn persistent<
     T,
