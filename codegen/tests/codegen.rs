@@ -1528,6 +1528,31 @@ fn a_persistent_forward_writes_what_one_program_per_block_does() {
     }
 }
 
+/// The thread program of a persistent forward without a mask at `head_dim`, and a run of a
+/// thread program in its place in the emulator: one program over two heads' blocks.
+fn persistent_forward(
+    head_dim: usize,
+    config: KernelConfig,
+) -> (
+    kiln_codegen::thread::Program,
+    impl Fn(&kiln_codegen::thread::Program) -> Result<(), emulate::EmulationError>,
+) {
+    let case = attention_case_at(
+        "attention_fwd",
+        BF16,
+        head_dim,
+        false,
+        Target::Sm90a,
+        config,
+    );
+    let run = cases::runs(&case).swap_remove(0);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let emulated = move |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(1, 1, 1), &run.host_args(&run.buffers))
+    };
+    (program, emulated)
+}
+
 /// A persistent forward (one program looping over the query blocks of every head) has its
 /// producer copy each block's Q, first K and last V tiles as well as the ring's, one block ahead:
 /// in the emulator it agrees with the interpreter, causal or not, with one program looping over
@@ -1554,12 +1579,7 @@ fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
             assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
         }
     }
-    let case = attention_case_at("attention_fwd", BF16, 128, false, Target::Sm90a, config);
-    let run = cases::runs(&case).swap_remove(0);
-    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    let emulated = |program: &kiln_codegen::thread::Program| {
-        emulate::run(program, Grid::new(1, 1, 1), &run.host_args(&run.buffers))
-    };
+    let (program, emulated) = persistent_forward(128, config);
     emulated(&program).unwrap();
     // The split by role: the producer's branch, then the consumers'.
     let roles = |program: &mut kiln_codegen::thread::Program| -> (*mut Block, *mut Block) {
@@ -1620,12 +1640,7 @@ fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
         .on_wgmma()
         .with_producer()
         .persistent();
-    let case = attention_case_at("attention_fwd", BF16, 64, false, Target::Sm90a, deep);
-    let run = cases::runs(&case).swap_remove(0);
-    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    let emulated = |program: &kiln_codegen::thread::Program| {
-        emulate::run(program, Grid::new(1, 1, 1), &run.host_args(&run.buffers))
-    };
+    let (program, emulated) = persistent_forward(64, deep);
     emulated(&program).unwrap();
     let mut no_waits = program.clone();
     // Safety (of the test): the pointers are into `no_waits`, alive and not aliased here.
