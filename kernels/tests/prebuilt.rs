@@ -15,8 +15,9 @@ use kiln_runtime::ParamType;
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
     // Forward, dQ, dK/dV and the fused pass with and without the mask; the fused backward's
-    // preprocessing and dQ conversion without; and each forward whose blocks for short or long
-    // sequences are not its entry's own.
+    // preprocessing and dQ conversion without; each forward whose blocks for short or long
+    // sequences are not its entry's own; and the forward a negative scale runs where the long
+    // range's entry is persistent (`_signed`).
     let by_length = Target::ALL
         .into_iter()
         .flat_map(|t| HEAD_DIMS.map(move |d| (t, d)))
@@ -28,9 +29,32 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
         })
         .count();
     assert!(by_length > 0, "the table has blocks by sequence length");
+    let signed = Target::ALL
+        .into_iter()
+        .flat_map(|t| HEAD_DIMS.map(move |d| (t, d)))
+        .flat_map(|(t, d)| [false, true].map(move |c| (t, d, c)))
+        .filter(|&(t, d, c)| {
+            config(d, c, false, t, KeyLength::Long)
+                .unwrap()
+                .forward
+                .persistent
+        })
+        .count();
+    assert!(
+        signed > 0,
+        "D64's causal forward is persistent at long sequences"
+    );
     assert_eq!(
         shipped.len(),
-        prebuilt::DTYPES.len() * (Target::ALL.len() * HEAD_DIMS.len() * (4 * 2 + 2) + by_length)
+        prebuilt::DTYPES.len()
+            * (Target::ALL.len() * HEAD_DIMS.len() * (4 * 2 + 2) + by_length + signed)
+    );
+    assert!(
+        shipped
+            .iter()
+            .filter(|s| s.name.contains("_signed"))
+            .all(|s| !s.config.persistent),
+        "a forward for negative scales is not persistent"
     );
     let names: BTreeSet<&str> = shipped.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(

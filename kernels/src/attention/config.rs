@@ -11,7 +11,7 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent (long: not persistent) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -22,9 +22,10 @@
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
 //! 4096 (causal, half the keys), where other forward blocks than the entry's own may measure
 //! faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
-//! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a softmax scale >= 0 only: a call with a
-//! negative one runs the long range's entry, which is not persistent
-//! ([`super::plan::forward`]).
+//! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a
+//! softmax scale >= 0 only: a call with a negative one runs the long range's entry, or where
+//! that one is persistent too (D64 causal), its blocks one program a block, shipped as
+//! `_signed` ([`super::plan::forward`], [`super::plan::signed_forward`]).
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
 //! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
@@ -394,18 +395,16 @@ pub fn config(
         (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
         _ => return None,
     };
-    // Where other blocks measured faster for short or long sequences (`kiln tune --seqlen`,
-    // sustained timing, H200, docs/PERF.md, 2026-11-26, eighth session): D64's forward in
-    // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k,
-    // causal 1.04x at 16k; compare.py 1.04x at 4k, where one warpgroup's blocks run the
-    // GPU 10% slower under its power cap, 0.95x at 1k, 1.01x at 2k; causal 8k 0.99x: runs
-    // 175-177, fourteenth session; the persistent entry 0.95x at 8k and 16k, causal 1.11x and
-    // 1.07x, but a long range's entry must not be persistent: it runs the calls with a negative
-    // scale, run 203, sixteenth session), and D128's one program a block from 4k keys (the
-    // persistent one 1.00x at 4k, 0.93-0.95x at 16k: runs 190 and 203; causal 1.00x at 8k,
-    // 0.92x at 16k: runs 200 and 203, fifteenth and sixteenth sessions).
+    // Where other blocks measured faster for long sequences (`kiln tune --seqlen`, sustained
+    // timing, H200, docs/PERF.md, 2026-11-26, eighth session): D64's forward without a mask in
+    // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k;
+    // compare.py 1.04x at 4k: runs 175-177, fourteenth session; the persistent entry 0.95x at
+    // 8k and 16k, run 203, sixteenth session; causal the entry, persistent on pairs of blocks,
+    // beats it: 1.11x at 8k, 1.07x at 16k, 1.03x under the power cap, run 203), and D128's one
+    // program a block (the persistent one 1.00x at 4k, 0.93-0.95x at 16k: runs 190 and 203;
+    // causal 1.00x at 8k, 0.92x at 16k: runs 200 and 203, fifteenth and sixteenth sessions).
     let forward = match (target, head_dim, causal, keys) {
-        (Target::Sm90a, 64, _, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
+        (Target::Sm90a, 64, false, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
         (Target::Sm90a, 128, _, KeyLength::Long) => c(128, 128, 8, 2).on_wgmma().with_producer(),
         _ => forward,
     };

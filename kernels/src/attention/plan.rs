@@ -166,6 +166,22 @@ fn specialisation_name_in(
     )
 }
 
+/// Where the long range's forward entry for calls like `p` is persistent (which takes only a
+/// scale of 0 or more): the forward in its blocks, one program a block, that calls with a
+/// negative softmax scale run, and its name, `_signed` where the long range's would be `_long`.
+pub fn signed_forward(p: &AttentionParams, target: Target) -> Option<(KernelConfig, String)> {
+    let long = config(p.head_dim, p.causal, false, target, KeyLength::Long)?.forward;
+    long.persistent.then(|| {
+        let name = specialisation_name_in(AttentionKernel::Forward, p, target, KeyLength::Medium);
+        let stem = name.strip_suffix(&format!("_{target}")).unwrap_or(&name);
+        let config = KernelConfig {
+            persistent: false,
+            ..long
+        };
+        (config, format!("{stem}_signed_{target}"))
+    })
+}
+
 /// One kernel launch of an attention call: which kernel, compiled how, launched how.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
@@ -276,7 +292,8 @@ fn strides(layout: Layout) -> [Arg; 3] {
 
 /// The forward pass on `target`: one launch of [`AttentionKernel::Forward`], configured as
 /// kiln's table says. Where the table's entry is persistent and `softmax_scale` negative (which
-/// a persistent forward does not take), the long range's entry runs, which is not.
+/// a persistent forward does not take), the long range's entry runs, or where that one is
+/// persistent too, [`signed_forward`].
 pub fn forward(
     p: &AttentionParams,
     layouts: &ForwardLayouts,
@@ -287,6 +304,10 @@ pub fn forward(
         return forward_with(p, layouts, target, config);
     }
     let keys = KeyLength::Long;
+    if let Some((signed, name)) = signed_forward(p, target) {
+        let launch = forward_in(p, layouts, target, signed, keys)?;
+        return Ok(Launch { name, ..launch });
+    }
     let long = super::config::config(p.head_dim, p.causal, p.fused_backward, target, keys)
         .expect("the table covers every head dim in HEAD_DIMS")
         .forward;

@@ -27,8 +27,9 @@ pub struct Specialisation {
 }
 
 /// Every specialisation kiln ships: for each dtype, head dim and target, the forward (in each of
-/// its blocks by sequence length) and both backwards' kernels, masked and not where they read
-/// keys (the fused backward's preprocessing and dQ conversion kernels do not).
+/// its blocks by sequence length, and [`plan::signed_forward`] where there is one) and both
+/// backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
+/// and dQ conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
     let mut all: Vec<Specialisation> = Vec::new();
     for target in Target::ALL {
@@ -55,14 +56,21 @@ pub fn shipped() -> Vec<Specialisation> {
                             if !fused_backward {
                                 kernels.insert(0, AttentionKernel::Forward);
                             }
-                            for kernel in kernels {
-                                if causal && !kernel.reads_keys() {
-                                    continue;
-                                }
+                            // The forward a negative scale runs where the long range's entry
+                            // is persistent.
+                            let signed = plan::signed_forward(&p, target)
+                                .filter(|_| !fused_backward)
+                                .map(|(config, name)| (AttentionKernel::Forward, config, name));
+                            let planned = kernels
+                                .into_iter()
+                                .filter(|kernel| !causal || kernel.reads_keys())
+                                .map(|kernel| {
+                                    let name = plan::specialisation_name(kernel, &p, target);
+                                    (kernel, config.kernel(kernel), name)
+                                });
+                            for (kernel, config, name) in planned.chain(signed) {
                                 // Most kernels are the same at every sequence length: one name,
                                 // one specialisation.
-                                let name = plan::specialisation_name(kernel, &p, target);
-                                let config = config.kernel(kernel);
                                 if let Some(same) = all.iter().find(|s| s.name == name) {
                                     debug_assert_eq!(same.spec, p.spec(kernel, config), "{name}");
                                     continue;
