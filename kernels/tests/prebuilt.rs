@@ -89,8 +89,9 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
 }
 
 /// Ragged lengths in each range the table tells apart: short, medium, long (and long causal);
-/// a negative scale too, which a persistent forward does not take: the long range's entry runs
-/// instead.
+/// a negative scale too, with the split backward and the fused one, which a persistent forward
+/// does not take: the long range's entry runs instead, or where that one is persistent too its
+/// `_signed` twin.
 #[test]
 fn every_planned_launch_finds_its_ptx() {
     for target in Target::ALL {
@@ -98,7 +99,7 @@ fn every_planned_launch_finds_its_ptx() {
             for head_dim in HEAD_DIMS {
                 for causal in [false, true] {
                     for (fused_backward, softmax_scale) in
-                        [(false, 0.1), (true, 0.1), (false, -0.1)]
+                        [(false, 0.1), (true, 0.1), (false, -0.1), (true, -0.1)]
                     {
                         for (seqlen_q, seqlen_k) in
                             [(333, 1000), (100, 300), (333, 9000), (9000, 17000)]

@@ -168,7 +168,7 @@ fn specialisation_name_in(
 
 /// Where the long range's forward entry for calls like `p` is persistent (which takes only a
 /// scale of 0 or more): the forward in its blocks, one program a block, that calls with a
-/// negative softmax scale run, and its name, `_signed` where the long range's would be `_long`.
+/// negative softmax scale run, and its name: the table's entry's with `_signed`.
 pub fn signed_forward(p: &AttentionParams, target: Target) -> Option<(KernelConfig, String)> {
     let long = config(p.head_dim, p.causal, false, target, KeyLength::Long)?.forward;
     long.persistent.then(|| {

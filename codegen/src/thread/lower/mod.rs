@@ -46,8 +46,26 @@ pub fn lower(
     layouts: &LayoutAssignment,
     options: &CompileOptions,
 ) -> Result<Program> {
+    let plan = dot::SharedPlan::of(kernel, layouts, options.target.max_shared_bytes());
+    // Two tiles of each refilled load leave less room for the scratch reserved as lowering
+    // goes: where that runs out, one tile each.
+    match lower_in(kernel, layouts, options, plan) {
+        Err(_) if plan.refill_buffers > 1 => {
+            let single = dot::SharedPlan::with_refill_buffers(kernel, layouts, 1);
+            lower_in(kernel, layouts, options, single)
+        }
+        lowered => lowered,
+    }
+}
+
+/// [`lower`] with its tiles in shared memory as `plan` places them.
+fn lower_in(
+    kernel: &Kernel,
+    layouts: &LayoutAssignment,
+    options: &CompileOptions,
+    plan: dot::SharedPlan,
+) -> Result<Program> {
     let max_shared_bytes = options.target.max_shared_bytes();
-    let plan = dot::SharedPlan::of(kernel, layouts, max_shared_bytes);
     if plan.end > max_shared_bytes {
         return Err(CodegenError::Options {
             message: format!(
