@@ -25,8 +25,8 @@
 //! 1.03-1.22x the blocks before there: docs/PERF.md, fifteenth and sixteenth sessions) one
 //! program an SM loops over every head's query blocks (`persistent` below; causal, over pairs
 //! of them), its producer copying each block's Q and first K tile while the block before
-//! finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key loops'
-//! ring, and its output goes out by TMA from a tile of its own.
+//! finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key
+//! loops' ring, and its output goes out by TMA from a tile of its own.
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -493,40 +493,31 @@ fn persistent<
     }
 }
 
-/// Whether a causal persistent forward's programs take pairs of blocks
-/// ([`persistent_tile`]): where there are two rounds of blocks or more; with fewer, pairs would
-/// leave programs idle.
-#[kernel_fn]
-fn paired(m_blocks: i32, heads: i32) -> bool {
-    m_blocks * heads >= 2 * num_programs(0)
-}
-
 /// The slots a persistent forward's programs take between them, `num_programs(0)` a round:
-/// one per tile, or causal with pairs, two rounds for each round of pairs of blocks
+/// without a mask one per tile; causal, two rounds for each round of pairs of blocks
 /// ([`persistent_tile`]).
 #[kernel_fn]
 fn persistent_slots<const CAUSAL: bool>(m_blocks: i32, heads: i32) -> i32 {
     let programs = num_programs(0);
-    let tiles = m_blocks * heads;
     if CAUSAL {
-        let pair_slots = 2 * cdiv(heads * cdiv(m_blocks, 2), programs) * programs;
-        where_(paired(m_blocks, heads), pair_slots, tiles)
+        2 * cdiv(heads * cdiv(m_blocks, 2), programs) * programs
     } else {
-        tiles
+        m_blocks * heads
     }
 }
 
 /// The query block and head (batch x query head) of slot `slot` of a persistent forward, whose
 /// programs each take every `num_programs(0)`-th slot, and whether it is a block at all.
-/// Without a mask the slots are the tiles, one head's blocks after another. Causal, with two
-/// rounds of blocks or more ([`paired`]), a program takes a pair of one head's blocks, `j` and
-/// `m_blocks - 1 - j`, whose keys add up to the same for every pair (the longer in one round,
-/// the shorter in the next), so that equal shares of pairs are equal shares of work; the
-/// programs running at once take neighbouring pairs, a few heads' whose K and V the L2 cache
-/// holds (the longest blocks of every head first had every program on a head of its own, and
-/// the GPU ran 5% slower under its power cap: docs/PERF.md, fifteenth and sixteenth sessions).
-/// A middle block (`m_blocks` odd) pairs with none. With fewer, the slots are the tiles, every
-/// head's longest blocks first.
+/// Without a mask the slots are the tiles, one head's blocks after another. Causal, a program
+/// takes a pair of one head's blocks, `j` and `m_blocks - 1 - j`, whose keys add up to the same
+/// for every pair (the longer in one round, the shorter in the next), so that equal shares of
+/// pairs are equal shares of work; the programs running at once take neighbouring pairs, a few
+/// heads' whose K and V the L2 cache holds (the longest blocks of every head first had every
+/// program on a head of its own, and the GPU ran 5% slower under its power cap: docs/PERF.md,
+/// fifteenth and sixteenth sessions). A middle block (`m_blocks` odd) pairs with none. A launch
+/// runs at most one program a pair (`plan::Launch`), so with fewer pairs than SMs each program
+/// takes both blocks of its pair one after the other (choosing single blocks there at run time
+/// cost D64's causal forward 4% everywhere: ptxas spilled 28 bytes instead of 8, run 206).
 #[kernel_fn]
 fn persistent_tile<const CAUSAL: bool>(slot: i32, m_blocks: i32, heads: i32) -> (i32, i32, bool) {
     let programs = num_programs(0);
@@ -536,27 +527,18 @@ fn persistent_tile<const CAUSAL: bool>(slot: i32, m_blocks: i32, heads: i32) -> 
     let j = pair % pairs;
     let longer = m_blocks - 1 - j;
     let first = round % 2 == 0;
-    let by_pairs = paired(m_blocks, heads);
     let start_m = if CAUSAL {
-        where_(
-            by_pairs,
-            where_(first, longer, j),
-            m_blocks - 1 - slot / heads,
-        )
+        where_(first, longer, j)
     } else {
         slot % m_blocks
     };
     let head = if CAUSAL {
-        where_(by_pairs, pair / pairs, slot % heads)
+        pair / pairs
     } else {
         slot / m_blocks
     };
     let real = if CAUSAL {
-        where_(
-            by_pairs,
-            pair < heads * pairs && (first || j < longer),
-            slot < m_blocks * heads,
-        )
+        pair < heads * pairs && (first || j < longer)
     } else {
         slot < m_blocks * heads
     };

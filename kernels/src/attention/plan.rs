@@ -225,9 +225,11 @@ impl Launch {
             _ => (p.seqlen_q, config.block_m, p.heads_q),
         };
         let blocks = rows.div_ceil(block) as u32;
-        // A persistent forward loops over the blocks of every head itself.
+        // A persistent forward loops over the blocks of every head itself; causal, over pairs
+        // of them (`forward.rs::persistent_tile`).
         let grid = if config.persistent {
-            [blocks * (p.batch * heads) as u32, 1, 1]
+            let tiles = if p.causal { blocks.div_ceil(2) } else { blocks };
+            [tiles * (p.batch * heads) as u32, 1, 1]
         } else {
             [blocks, (p.batch * heads) as u32, 1]
         };
