@@ -139,6 +139,20 @@ fn specialisation_name_in(
     target: Target,
     keys: KeyLength,
 ) -> String {
+    // A forward whose blocks for these sequence lengths are not the table's own entry's.
+    let blocks = |keys| {
+        config(p.head_dim, p.causal, p.fused_backward, target, keys).map(|c| c.kernel(kernel))
+    };
+    let keys = if blocks(keys) == blocks(KeyLength::Medium) {
+        ""
+    } else {
+        keys.suffix()
+    };
+    named(kernel, p, target, keys)
+}
+
+/// A specialisation's name, with `variant` (`_long`, `_signed`, ...) before the target.
+fn named(kernel: AttentionKernel, p: &AttentionParams, target: Target, variant: &str) -> String {
     let mask = if p.causal && kernel.reads_keys() {
         "_causal"
     } else {
@@ -149,17 +163,8 @@ fn specialisation_name_in(
     } else {
         ""
     };
-    // A forward whose blocks for these sequence lengths are not the table's own entry's.
-    let blocks = |keys| {
-        config(p.head_dim, p.causal, p.fused_backward, target, keys).map(|c| c.kernel(kernel))
-    };
-    let keys = if blocks(keys) == blocks(KeyLength::Medium) {
-        ""
-    } else {
-        keys.suffix()
-    };
     format!(
-        "{}_{}_d{}{mask}{fused}{keys}_{target}",
+        "{}_{}_d{}{mask}{fused}{variant}_{target}",
         kernel.name(),
         p.dtype,
         p.head_dim
@@ -172,13 +177,14 @@ fn specialisation_name_in(
 pub fn signed_forward(p: &AttentionParams, target: Target) -> Option<(KernelConfig, String)> {
     let long = config(p.head_dim, p.causal, false, target, KeyLength::Long)?.forward;
     long.persistent.then(|| {
-        let name = specialisation_name_in(AttentionKernel::Forward, p, target, KeyLength::Medium);
-        let stem = name.strip_suffix(&format!("_{target}")).unwrap_or(&name);
         let config = KernelConfig {
             persistent: false,
             ..long
         };
-        (config, format!("{stem}_signed_{target}"))
+        (
+            config,
+            named(AttentionKernel::Forward, p, target, "_signed"),
+        )
     })
 }
 

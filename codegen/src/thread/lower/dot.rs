@@ -141,11 +141,7 @@ impl SharedPlan {
         layouts: &LayoutAssignment,
         refill_buffers: u32,
     ) -> SharedPlan {
-        let refilled: u32 = layouts
-            .tma_once_loads()
-            .filter(|l| l.refills() && l.has_tile())
-            .map(|l| refill_buffers * aligned_tile_bytes(kernel, layouts, l.value))
-            .sum();
+        let refilled = refilled_bytes(kernel, layouts, refill_buffers, usize::MAX);
         // Tiles staged from registers, and those one-shot TMA loads fill.
         let staged = refilled
             + layouts
@@ -193,6 +189,23 @@ impl SharedPlan {
             end,
         }
     }
+}
+
+/// The bytes the tiles of refilled loads with a tile of their own take among the first
+/// `loads` TMA once-loads, `refill_buffers` tiles each: where the next one starts
+/// ([`super::refill`]), or with every load, `SharedPlan::refilled`.
+pub(super) fn refilled_bytes(
+    kernel: &Kernel,
+    layouts: &LayoutAssignment,
+    refill_buffers: u32,
+    loads: usize,
+) -> u32 {
+    layouts
+        .tma_once_loads()
+        .take(loads)
+        .filter(|l| l.refills() && l.has_tile())
+        .map(|l| refill_buffers * aligned_tile_bytes(kernel, layouts, l.value))
+        .sum()
 }
 
 /// What `region` needs at once of what `bytes` gives each pipelined loop: per instruction, a

@@ -27,7 +27,7 @@
 
 use kiln_dsl::ir::{Inst as TileInst, Value};
 
-use super::dot::{SharedBase, SharedTile, aligned_tile_bytes, tile_bytes};
+use super::dot::{SharedBase, SharedTile, aligned_tile_bytes, refilled_bytes, tile_bytes};
 use super::pipeline::MBARRIER_BYTES;
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::{OnceLoad, THREADS_PER_WARP};
@@ -58,12 +58,7 @@ impl Lowering<'_> {
     /// The shared offset of refilled load `rank`'s first tile: the refilled tiles before it,
     /// in program order, from 0.
     fn refilled_tile(&self, rank: usize) -> u32 {
-        self.layouts
-            .tma_once_loads()
-            .take(rank)
-            .filter(|l| l.refills() && l.has_tile())
-            .map(|l| self.refill_buffers * aligned_tile_bytes(self.kernel, self.layouts, l.value))
-            .sum()
+        refilled_bytes(self.kernel, self.layouts, self.refill_buffers, rank)
     }
 
     /// The `mbarrier` of once-load barrier `index` (a load's rank; an `empty` one's after every
