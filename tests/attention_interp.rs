@@ -28,10 +28,10 @@ fn attention_matches_the_f64_reference() {
     for (i, c) in cases.iter().enumerate() {
         // Both targets' block sizes, alternately (they differ for dK/dV at head dim 128).
         let target = Target::ALL[i % Target::ALL.len()];
-        let report = run_on_interpreter(&c.params, target, c.layout, c.input_scale, &mut rng)
+        let report = run_on_interpreter(&c.params, target, c.layout, c.draw, &mut rng)
             .unwrap_or_else(|e| panic!("{c:?}: {e}"));
         let w = worst
-            .entry((c.params.dtype.name(), c.input_scale > 1.0))
+            .entry((c.params.dtype.name(), c.draw.conditioned()))
             .or_default();
         let [cq, ck, cv] = report.conditioned;
         for (slot, err) in w.iter_mut().zip([

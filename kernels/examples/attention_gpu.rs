@@ -43,14 +43,14 @@ fn run() -> Result<bool, AttentionError> {
         .filter(|c| c.params.dtype != kiln_dsl::DType::F32)
     {
         let p = &c.params;
-        let inputs = Inputs::random(p, c.layout, c.input_scale, &mut rng);
+        let inputs = Inputs::random(p, c.layout, c.draw, &mut rng);
         let interpreter = Outputs::poisoned(p, &inputs);
         check::run_interpreter(p, target(&device)?, &inputs, &interpreter)?;
         let (gpu, [dq_bits, dk_bits, dv_bits]) = on_gpu(&device, p, &inputs)?;
         let report = gpu.compare(
             p,
             &interpreter.as_reference(inputs.reference(p)),
-            c.input_scale > 1.0,
+            c.draw.conditioned(),
         );
         let mut failures = report.failures(Tolerance::for_dtype(p.dtype));
         // The fused backward's dQ sums atomic adds in any order; dK and dV never vary.
@@ -58,7 +58,8 @@ fn run() -> Result<bool, AttentionError> {
             failures.push("the backward's second run gave other bits".to_string());
         }
         println!(
-            "{p}, {:?}: o {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}  {}",
+            "{p}{}, {:?}: o {:.1e} lse {:.1e} dq {:.1e} dk {:.1e} dv {:.1e}  {}",
+            c.draw,
             c.layout,
             report.o,
             report.lse,

@@ -225,12 +225,48 @@ impl Report {
     }
 }
 
+/// How a case draws its inputs: q, k, v and dO standard normal but for these.
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// Standard deviation of q and k: 1 gives |s| ~ 1, 10 gives |s| ~ 100.
+    pub input_scale: f64,
+    /// Key row `j` of `n` is scaled by `1 + key_ramp * j / (n - 1)`: later key blocks' scores
+    /// rise past the row maxes of the blocks before, so that the online softmax rescales what
+    /// it has summed at nearly every block (with plain inputs the max settles within a few).
+    pub key_ramp: f64,
+}
+
+impl Draw {
+    pub const PLAIN: Draw = Draw {
+        input_scale: 1.0,
+        key_ramp: 0.0,
+    };
+
+    /// Whether scores are large enough (|s| ~ 100) that errors are judged against the
+    /// problem's conditioning ([`Outputs::compare`]).
+    pub fn conditioned(&self) -> bool {
+        self.input_scale > 1.0
+    }
+}
+
+/// Nothing for plain inputs; else what differs, after a comma.
+impl std::fmt::Display for Draw {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.input_scale != 1.0 {
+            write!(f, ", q and k x{}", self.input_scale)?;
+        }
+        if self.key_ramp != 0.0 {
+            write!(f, ", keys ramped to x{}", 1.0 + self.key_ramp)?;
+        }
+        Ok(())
+    }
+}
+
 /// One case of the designed shape set.
 #[derive(Clone, Copy, Debug)]
 pub struct Case {
     pub params: AttentionParams,
-    /// Standard deviation of q and k: 1 gives |s| ~ 1, 10 gives |s| ~ 100.
-    pub input_scale: f64,
+    pub draw: Draw,
     pub layout: LayoutKind,
 }
 
@@ -257,7 +293,7 @@ fn case(
             softmax_scale: AttentionParams::default_scale(d),
             fused_backward: false,
         },
-        input_scale: 1.0,
+        draw: Draw::PLAIN,
         layout: LayoutKind::Packed,
     }
 }
@@ -309,7 +345,14 @@ pub fn designed_cases() -> Vec<Case> {
         (BF16, false, 256),
     ] {
         let mut c = case(dtype, 1, 97, 70, 4, 2, d, causal);
-        c.input_scale = 10.0;
+        c.draw.input_scale = 10.0;
+        cases.push(c);
+    }
+    // Keys growing along the sequence, over several key blocks: every block's row max rises
+    // past the last, so every block rescales the accumulator and the sum.
+    for (dtype, causal, d) in [(BF16, false, 128), (F16, true, 64)] {
+        let mut c = case(dtype, 1, 300, 1000, 2, 1, d, causal);
+        c.draw.key_ramp = 3.0;
         cases.push(c);
     }
     // Strided layouts and other softmax scales, zero and negative ones too (the C interface takes
@@ -370,26 +413,29 @@ pub struct Inputs {
 }
 
 impl Inputs {
-    /// Fresh inputs from `rng`: q and k with standard deviation `input_scale`, v and dO with 1.
-    pub fn random(
-        p: &AttentionParams,
-        layout: LayoutKind,
-        input_scale: f64,
-        rng: &mut Rng,
-    ) -> Inputs {
+    /// Fresh inputs from `rng`, drawn as `draw` says.
+    pub fn random(p: &AttentionParams, layout: LayoutKind, draw: Draw, rng: &mut Rng) -> Inputs {
         let qdims = [p.batch, p.seqlen_q, p.heads_q, p.head_dim];
         let kdims = [p.batch, p.seqlen_k, p.heads_kv, p.head_dim];
         let ql = layout.layout(p.seqlen_q, p.heads_q, p.head_dim);
         let kl = layout.layout(p.seqlen_k, p.heads_kv, p.head_dim);
-        let mut input = |dims: [usize; 4], layout, scale| {
+        let mut input = |dims: [usize; 4], layout, scale, ramp: f64| {
             let n = dims.iter().product();
-            StridedTensor::from_dense(p.dtype, layout, dims, &rng.normals(n, scale))
+            let mut values = rng.normals(n, scale);
+            let [_, seqlen, heads, head_dim] = dims;
+            if ramp != 0.0 && seqlen > 1 {
+                for (i, x) in values.iter_mut().enumerate() {
+                    let row = i / (heads * head_dim) % seqlen;
+                    *x *= 1.0 + ramp * row as f64 / (seqlen - 1) as f64;
+                }
+            }
+            StridedTensor::from_dense(p.dtype, layout, dims, &values)
         };
         Inputs {
-            q: input(qdims, ql, input_scale),
-            k: input(kdims, kl, input_scale),
-            v: input(kdims, kl, 1.0),
-            d_o: input(qdims, ql, 1.0),
+            q: input(qdims, ql, draw.input_scale, 0.0),
+            k: input(kdims, kl, draw.input_scale, draw.key_ramp),
+            v: input(kdims, kl, 1.0, 0.0),
+            d_o: input(qdims, ql, 1.0, 0.0),
         }
     }
 
@@ -637,17 +683,16 @@ pub fn run_interpreter(
 }
 
 /// Runs forward and backward on the interpreter, as `target` runs them, with fresh inputs from
-/// `rng` (q and k with standard deviation `input_scale`, v and dO with 1) and compares with the
-/// f64 reference.
+/// `rng` drawn as `draw` says, and compares with the f64 reference.
 pub fn run_on_interpreter(
     p: &AttentionParams,
     target: Target,
     layout: LayoutKind,
-    input_scale: f64,
+    draw: Draw,
     rng: &mut Rng,
 ) -> Result<Report, AttentionError> {
-    let inputs = Inputs::random(p, layout, input_scale, rng);
+    let inputs = Inputs::random(p, layout, draw, rng);
     let outputs = Outputs::poisoned(p, &inputs);
     run_interpreter(p, target, &inputs, &outputs)?;
-    Ok(outputs.compare(p, &inputs.reference(p), input_scale > 1.0))
+    Ok(outputs.compare(p, &inputs.reference(p), draw.conditioned()))
 }

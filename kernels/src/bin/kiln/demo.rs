@@ -5,7 +5,7 @@
 //! shapes).
 
 use kiln_dsl::{DType, Target};
-use kiln_kernels::attention::check::{LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::check::{Draw, LayoutKind, Tolerance, run_on_interpreter};
 use kiln_kernels::attention::{AttentionKernel, AttentionParams, plan, prebuilt};
 use kiln_kernels::bench;
 use kiln_kernels::reference::Rng;
@@ -38,7 +38,7 @@ pub fn demo() -> Result<(), String> {
         &params,
         TARGET,
         LayoutKind::Packed,
-        1.0,
+        Draw::PLAIN,
         &mut Rng::new(seed),
     )
     .map_err(|e| e.to_string())?;
