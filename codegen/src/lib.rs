@@ -92,6 +92,13 @@ pub struct CompileOptions {
     /// [`CompileOptions::register_split`]). Needs `wgmma` and two or more consumer
     /// warpgroups; adds 4 warps to a block ([`thread`]'s lowering, `producer`).
     pub producer: bool,
+    /// Whether the `wgmma` descriptors of A tiles split by warpgroup take the warpgroup's
+    /// index as lane 0 of each warp has it (`shfl.sync.idx`) rather than from `%tid.x`: ptxas
+    /// then knows it is the same in every lane and keeps the descriptors in uniform registers,
+    /// without an `R2UR` before each use. It moves ptxas's schedule of the whole loop with
+    /// it: 1.02-1.05x for D128's forward, 0.94-0.99x for D64's (docs/PERF.md, seventeenth
+    /// session), so it is a configuration the table and `kiln tune` choose. Needs `wgmma`.
+    pub uniform_warpgroup: bool,
 }
 
 impl Default for CompileOptions {
@@ -143,6 +150,7 @@ impl CompileOptions {
             line_info: true,
             wgmma: false,
             producer: false,
+            uniform_warpgroup: false,
         }
     }
 
@@ -154,6 +162,15 @@ impl CompileOptions {
     /// The same options with a producer warpgroup (or not).
     pub fn with_producer(self, producer: bool) -> CompileOptions {
         CompileOptions { producer, ..self }
+    }
+
+    /// The same options with the warpgroup's index of `wgmma` descriptors from lane 0 (or
+    /// not): [`CompileOptions::uniform_warpgroup`].
+    pub fn with_uniform_warpgroup(self, uniform_warpgroup: bool) -> CompileOptions {
+        CompileOptions {
+            uniform_warpgroup,
+            ..self
+        }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.
@@ -220,6 +237,11 @@ impl CompileOptions {
         }
         if self.producer && !self.wgmma {
             return invalid("a producer warpgroup needs wgmma".to_string());
+        }
+        if self.uniform_warpgroup && !self.wgmma {
+            return invalid(
+                "a uniform warpgroup index is for wgmma descriptors: it needs wgmma".to_string(),
+            );
         }
         // One consumer warpgroup already has the most registers a thread can: the producer's
         // would go unused.

@@ -77,7 +77,8 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
         CompileOptions::new(target, case.num_warps)
             .with_stages(case.num_stages)
             .with_wgmma(case.wgmma)
-            .with_producer(case.producer),
+            .with_producer(case.producer)
+            .with_uniform_warpgroup(case.uniform_warpgroup),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -548,6 +549,7 @@ fn call_case(
         target,
         wgmma: config.wgmma,
         producer: config.producer,
+        uniform_warpgroup: config.uniform_warpgroup,
         tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
     }
 }
@@ -563,7 +565,8 @@ fn attention_options(
         CompileOptions::new(target, config.num_warps)
             .with_stages(config.num_stages)
             .with_wgmma(config.wgmma)
-            .with_producer(config.producer),
+            .with_producer(config.producer)
+            .with_uniform_warpgroup(config.uniform_warpgroup),
         |options, (arg, n)| options.with_divisibility(arg, n),
     )
 }
@@ -611,8 +614,19 @@ fn the_emulator_agrees_on_every_attention_kernel() {
     let cases: Vec<cases::Case> = cases::cases().into_iter().filter(is_attention).collect();
     let alike = |a: &cases::Case, b: &cases::Case| {
         (a.kernel.spec == b.kernel.spec)
-            && (a.num_warps, a.num_stages, a.wgmma, a.producer)
-                == (b.num_warps, b.num_stages, b.wgmma, b.producer)
+            && (
+                a.num_warps,
+                a.num_stages,
+                a.wgmma,
+                a.producer,
+                a.uniform_warpgroup,
+            ) == (
+                b.num_warps,
+                b.num_stages,
+                b.wgmma,
+                b.producer,
+                b.uniform_warpgroup,
+            )
     };
     for case in &cases {
         if case.target == Target::Sm80
@@ -656,6 +670,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 target: Target::Sm80,
                 wgmma: false,
                 producer: false,
+                uniform_warpgroup: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -1699,6 +1714,48 @@ fn a_producer_warpgroup_is_refused_where_it_cannot_feed() {
     );
     let no_wgmma = refusal("attention_fwd", producer(128, 128, 8), false);
     assert!(no_wgmma.contains("needs wgmma"), "{no_wgmma}");
+    let uniform = KernelConfig::new(128, 128, 8, 2).with_uniform_warpgroup();
+    let uniform = refusal("attention_fwd", uniform, false);
+    assert!(
+        uniform.contains("a uniform warpgroup index is for wgmma descriptors: it needs wgmma"),
+        "{uniform}"
+    );
+}
+
+/// `uniform_warpgroup` takes the warpgroup index of the `wgmma` descriptors of A from lane 0:
+/// one `shfl.sync.idx` of `tid / 128` in the program's prelude, which the descriptors then
+/// derive from, and nothing else changes: the D128 forward's table entry (which has it) in the
+/// emulator writes what the interpreter does, and the same kernel without it differs from it
+/// only by that broadcast and what derives from it (ptxas keeps such descriptors in uniform
+/// registers: no `R2UR` before each `wgmma`, docs/PERF.md, seventeenth session).
+#[test]
+fn a_uniform_warpgroup_index_feeds_the_wgmma_descriptors() {
+    let table = attention_config("attention_fwd", 128, false, Target::Sm90a);
+    assert!(table.uniform_warpgroup, "{table}");
+    let with = attention_case_at("attention_fwd", BF16, 128, false, Target::Sm90a, table);
+    let without_config = KernelConfig {
+        uniform_warpgroup: false,
+        ..table
+    };
+    let without = attention_case_at(
+        "attention_fwd",
+        BF16,
+        128,
+        false,
+        Target::Sm90a,
+        without_config,
+    );
+    let broadcasts = |case: &cases::Case| {
+        let program = thread_program(&case.kernel, &case_options(case, Target::Sm90a)).unwrap();
+        program.to_string().matches("shfl.sync.idx").count()
+    };
+    assert_eq!(broadcasts(&with), broadcasts(&without) + 1);
+    let runs = cases::runs(&with);
+    assert!(!runs.is_empty());
+    for run in runs {
+        let outcome = emulate_run(&with, &run);
+        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+    }
 }
 
 /// A producer feeds four consumer warpgroups (the D64 forward's long blocks, 256 x 64 of 16
@@ -2889,13 +2946,7 @@ fn the_shipped_attention_ptx_is_what_the_dsl_gives() {
     let shipped = prebuilt::shipped();
     let compiled = parallel_map(&shipped, |s| {
         let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
-        let options = prebuilt::divisibility(s.kernel).into_iter().fold(
-            CompileOptions::new(s.target, s.config.num_warps)
-                .with_stages(s.config.num_stages)
-                .with_wgmma(s.config.wgmma)
-                .with_producer(s.config.producer),
-            |options, (name, n)| options.with_divisibility(name, n),
-        );
+        let options = attention_options(s.kernel, s.config, s.target);
         let compiled = compile(&kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", s.name));
         (s.name.clone(), compiled)
     });

@@ -54,12 +54,15 @@ pub fn candidates(
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
                         all.push(wgmma);
-                        // Two consumer warpgroups fed by a producer's.
+                        // Two consumer warpgroups fed by a producer's, and their `wgmma`
+                        // descriptors' warpgroup index from lane 0 or not.
                         if num_warps == 8 {
-                            all.push(wgmma.with_producer());
+                            let mut two = vec![wgmma, wgmma.with_producer()];
                             if kernel == AttentionKernel::Forward {
-                                all.push(wgmma.with_producer().persistent());
+                                two.push(wgmma.with_producer().persistent());
                             }
+                            all.extend(two.iter().skip(1));
+                            all.extend(two.iter().map(|c| c.with_uniform_warpgroup()));
                         }
                     }
                 }

@@ -3,16 +3,18 @@
 //!
 //! Each entry is `BLOCK_M x BLOCK_N, warps, stages`, and `wgmma` where its `dot`s run on Hopper's
 //! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`), `producer` where a
-//! producer warpgroup of 4 more warps issues its copies. BLOCK_M counts query rows and BLOCK_N key
-//! rows in every kernel: the forward and dQ hold BLOCK_M query rows per program and stream K/V
-//! in BLOCK_N-row tiles; dK/dV holds BLOCK_N key rows and streams Q/dO in BLOCK_M-row tiles; the
-//! fused backward's preprocessing and dQ conversion kernels have only BLOCK_M.
+//! producer warpgroup of 4 more warps issues its copies, `uniform` where its `wgmma`
+//! descriptors take their warpgroup's index from lane 0 (kiln-codegen's `uniform_warpgroup`).
+//! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
+//! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
+//! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
+//! conversion kernels have only BLOCK_M.
 //!
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent (long: not persistent) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (long: not persistent; without a mask not uniform) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -94,6 +96,11 @@ pub struct KernelConfig {
     /// copying the next block's Q and first K tile while the consumers finish this one (a
     /// forward with a producer only; [`super::forward`]).
     pub persistent: bool,
+    /// kiln-codegen's `uniform_warpgroup`: the `wgmma` descriptors of A take their
+    /// warpgroup's index from lane 0, so that ptxas keeps them in uniform registers (a
+    /// configuration with `wgmma` and two warpgroups or more; it moves ptxas's schedule, which
+    /// wins for some kernels and loses for others: docs/PERF.md, seventeenth session).
+    pub uniform_warpgroup: bool,
 }
 
 impl KernelConfig {
@@ -111,6 +118,7 @@ impl KernelConfig {
             wgmma: false,
             producer: false,
             persistent: false,
+            uniform_warpgroup: false,
         }
     }
 
@@ -126,6 +134,14 @@ impl KernelConfig {
     pub const fn persistent(self) -> KernelConfig {
         KernelConfig {
             persistent: true,
+            ..self
+        }
+    }
+
+    /// The same configuration, its `wgmma` descriptors' warpgroup index from lane 0.
+    pub const fn with_uniform_warpgroup(self) -> KernelConfig {
+        KernelConfig {
+            uniform_warpgroup: true,
             ..self
         }
     }
@@ -170,22 +186,30 @@ impl std::fmt::Display for KernelConfig {
         if self.persistent {
             write!(f, ", persistent")?;
         }
+        if self.uniform_warpgroup {
+            write!(f, ", uniform warpgroup")?;
+        }
         Ok(())
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]]]`, as `kiln tune --configs`
-/// takes it: `128x64:4:2:wgmma`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]]`, as `kiln tune
+/// --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
         let refuse = || {
             format!(
-                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]]], got `{text}`"
+                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]], \
+                 got `{text}`"
             )
         };
-        let parts: Vec<&str> = text.trim().split(':').collect();
+        let mut parts: Vec<&str> = text.trim().split(':').collect();
+        let uniform = parts.len() > 4 && parts.last() == Some(&"uniform");
+        if uniform {
+            parts.pop();
+        }
         let (blocks, warps, stages, wgmma, producer, persistent) = match parts[..] {
             [b, w, s] => (b, w, s, false, false, false),
             [b, w, s, "wgmma"] => (b, w, s, true, false, false),
@@ -207,8 +231,13 @@ impl std::str::FromStr for KernelConfig {
         } else {
             config
         };
-        Ok(if persistent {
+        let config = if persistent {
             config.persistent()
+        } else {
+            config
+        };
+        Ok(if uniform {
+            config.with_uniform_warpgroup()
         } else {
             config
         })
@@ -369,8 +398,14 @@ pub fn config(
             // (eleventh session). Persistent: without a mask 1.22x at seqlen 512, 1.11x at
             // 1k, 1.04x at 2k, 1.02x at 3k (run 191, fifteenth session); causal, each program
             // on pairs of one head's blocks, 1.13x at 2k and 1.05x at 4k (1.07x and 1.04x under
-            // the power cap; run 200, sixteenth session); long, below.
-            c(128, 128, 8, 2).on_wgmma().with_producer().persistent(),
+            // the power cap; run 200, sixteenth session); long, below. Its `wgmma` descriptors'
+            // warpgroup from lane 0: 1.03x without a mask at 1k, 1.05x causal at 1k and 4k
+            // (runs 211-212, seventeenth session).
+            c(128, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .persistent()
+                .with_uniform_warpgroup(),
             c(128, 128, 8, 2).on_wgmma(),
             c(64, 64, 4, 2).on_wgmma(),
         ],
@@ -405,7 +440,16 @@ pub fn config(
     // causal 1.00x at 8k, 0.92x at 16k: runs 200 and 203, fifteenth and sixteenth sessions).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, false, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
-        (Target::Sm90a, 128, _, KeyLength::Long) => c(128, 128, 8, 2).on_wgmma().with_producer(),
+        // Causal, its `wgmma` descriptors' warpgroup from lane 0: 1.02x at 16k, where without a
+        // mask it loses 0.98x (runs 211-212, seventeenth session).
+        (Target::Sm90a, 128, causal, KeyLength::Long) => {
+            let long = c(128, 128, 8, 2).on_wgmma().with_producer();
+            if causal {
+                long.with_uniform_warpgroup()
+            } else {
+                long
+            }
+        }
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {
@@ -472,12 +516,35 @@ mod tests {
             "128 x 128, 8 warps, 2 stages, wgmma, producer"
         );
         assert_eq!(p.threads(), 384);
+        let u: KernelConfig = "128x128:8:2:wgmma:producer:persistent:uniform"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u,
+            KernelConfig::new(128, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .persistent()
+                .with_uniform_warpgroup()
+        );
+        assert_eq!(
+            u.to_string(),
+            "128 x 128, 8 warps, 2 stages, wgmma, producer, persistent, uniform warpgroup"
+        );
+        assert_eq!(
+            "128x64:8:2:wgmma:uniform".parse(),
+            Ok(KernelConfig::new(128, 64, 8, 2)
+                .on_wgmma()
+                .with_uniform_warpgroup())
+        );
         for bad in [
             "128x64:4",
             "128:4:2",
             "128x64:4:2:mma",
             "ax64:4:2",
             "128x64:4:2:producer",
+            "128x64:4:2:uniform",
+            "128x64:8:2:wgmma:uniform:producer",
         ] {
             let err = bad.parse::<KernelConfig>().unwrap_err();
             assert!(err.contains(&format!("got `{bad}`")), "{err}");

@@ -134,6 +134,12 @@ pub struct Case {
     pub wgmma: bool,
     /// kiln-codegen's `producer`: a producer warpgroup of 4 more warps issues the copies.
     pub producer: bool,
+    /// kiln-codegen's `uniform_warpgroup`: `wgmma` descriptors' warpgroup index from lane 0.
+    #[allow(
+        dead_code,
+        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
+    )]
+    pub uniform_warpgroup: bool,
     pub tolerance: Tolerance,
 }
 
@@ -218,6 +224,7 @@ pub fn cases() -> Vec<Case> {
                 target,
                 wgmma: false,
                 producer: false,
+                uniform_warpgroup: false,
                 tolerance,
             })
         };
@@ -336,6 +343,7 @@ pub fn cases() -> Vec<Case> {
                 target,
                 wgmma: false,
                 producer: false,
+                uniform_warpgroup: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -364,6 +372,7 @@ pub fn cases() -> Vec<Case> {
             target: Target::Sm90a,
             wgmma: true,
             producer: false,
+            uniform_warpgroup: false,
             tolerance: reduced(dtype),
         });
     }
@@ -383,6 +392,7 @@ pub fn cases() -> Vec<Case> {
         target: Target::Sm90a,
         wgmma: true,
         producer: false,
+        uniform_warpgroup: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
@@ -402,6 +412,7 @@ pub fn cases() -> Vec<Case> {
             target: s.target,
             wgmma: s.config.wgmma,
             producer: s.config.producer,
+            uniform_warpgroup: s.config.uniform_warpgroup,
         });
     }
     for target in Target::ALL {
@@ -429,6 +440,7 @@ pub fn cases() -> Vec<Case> {
                     target,
                     wgmma: false,
                     producer: false,
+                    uniform_warpgroup: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }

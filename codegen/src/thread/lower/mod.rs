@@ -88,6 +88,8 @@ fn lower_in(
         converted: Vec::new(),
         hoisted: Vec::new(),
         fields: HashMap::new(),
+        uniform_warpgroup: None,
+        uniform_descriptors: options.uniform_warpgroup,
         tid: Reg(0),
         shared_bytes: plan.end,
         max_shared_bytes,
@@ -209,6 +211,10 @@ pub(super) struct Lowering<'a> {
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,
+    /// [`Lowering::uniform_warpgroup`], once computed in the prelude.
+    uniform_warpgroup: Option<Reg>,
+    /// [`crate::CompileOptions::uniform_warpgroup`].
+    uniform_descriptors: bool,
     tid: Reg,
     /// The shared memory the program uses so far (staged tiles, then scratch).
     shared_bytes: u32,
@@ -340,12 +346,12 @@ impl Lowering<'_> {
         if let Some(&reg) = self.fields.get(&field) {
             return reg;
         }
+        let prelude_const =
+            |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
         let (id_shift, id_mask) = match field.id {
             Id::Lane => (0, THREADS_PER_WARP - 1),
             Id::Warp => (THREADS_PER_WARP.trailing_zeros(), u32::MAX),
         };
-        let prelude_const =
-            |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
         let shift = prelude_const(self, (id_shift + field.shift) as i64);
         let shifted = self.emit_prelude(Op::Int(IntOp::LShr, self.tid, shift), Type::I32);
         let mask = prelude_const(self, ((id_mask >> field.shift) & field.mask()) as i64);

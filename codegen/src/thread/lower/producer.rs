@@ -386,6 +386,7 @@ impl Lowering<'_> {
         self.tma_store_bytes = start.tma_store_bytes;
         self.ring = None;
         self.fields.clear();
+        self.uniform_warpgroup = None;
         self.shared_tiles.clear();
         self.buffered.clear();
         self.once_loads.clear();

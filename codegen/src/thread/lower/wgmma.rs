@@ -17,13 +17,14 @@
 use kiln_dsl::ir::{Inst as TileInst, Op as TileOp, Value};
 
 use super::dot::{Fragments, SharedTile};
+use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, Operand};
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
 use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion};
-use crate::thread::ir::{Cast, IntOp, Op, Reg, Type, WgmmaA, WgmmaStep};
+use crate::thread::ir::{Cast, Constant, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaStep};
 use crate::{CodegenError, Stage};
 
 /// The `dot`s of the region being lowered whose groups are in flight, each with the count of
@@ -202,6 +203,33 @@ impl Lowering<'_> {
         }
     }
 
+    /// The warpgroup's index, `tid / 128`, as lane 0 of the warp has it (`shfl.sync.idx`), for
+    /// [`crate::CompileOptions::uniform_warpgroup`]: ptxas then knows it is the same in every lane and
+    /// keeps the `wgmma` descriptors of a warpgroup's rows of A in uniform registers (from
+    /// `tid / 128` it computes them in vector registers and moves each, `R2UR`, before every
+    /// use).
+    pub(super) fn uniform_warpgroup(&mut self) -> Reg {
+        if let Some(reg) = self.uniform_warpgroup {
+            return reg;
+        }
+        let seven = self.emit_prelude(
+            Op::Const(Constant::Int(WARPGROUP_THREADS.trailing_zeros() as i64)),
+            Type::I32,
+        );
+        let own = self.emit_prelude(Op::Int(IntOp::LShr, self.tid, seven), Type::I32);
+        let lane_0 = self.emit_prelude(Op::Const(Constant::Int(0)), Type::I32);
+        let reg = self.emit_prelude(
+            Op::Shuffle {
+                mode: ShuffleMode::Idx,
+                value: own,
+                lane: lane_0,
+            },
+            Type::I32,
+        );
+        self.uniform_warpgroup = Some(reg);
+        reg
+    }
+
     /// Waits for every `dot` in flight.
     pub(super) fn wait_for_all(&mut self) {
         self.wait_for(self.in_flight.committed);
@@ -268,11 +296,17 @@ impl Lowering<'_> {
         let index = if is_a && warpgroups > 1 {
             let (_, next) = self.layout_descriptor(inst, &tile, is_a, [WGMMA_M, 0])?;
             let stride = (next.start - at_origin.start) as usize / elem_bytes;
-            let warpgroup = self.field(IdField {
-                id: Id::Warp,
-                shift: WARPS_PER_WARPGROUP.trailing_zeros(),
-                bits: warpgroups.trailing_zeros(),
-            });
+            let warpgroup = if self.uniform_descriptors {
+                let all = self.uniform_warpgroup();
+                let mask = self.i32_const(warpgroups as i64 - 1);
+                self.int(IntOp::And, all, mask)
+            } else {
+                self.field(IdField {
+                    id: Id::Warp,
+                    shift: WARPS_PER_WARPGROUP.trailing_zeros(),
+                    bits: warpgroups.trailing_zeros(),
+                })
+            };
             let stride = self.i32_const(stride as i64);
             self.int(IntOp::Mul, warpgroup, stride)
         } else {

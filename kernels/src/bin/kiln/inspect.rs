@@ -73,6 +73,8 @@ struct Request {
     /// kiln-codegen's `producer`: a producer warpgroup issues the TMA loops' copies (as the
     /// table says).
     producer: bool,
+    /// kiln-codegen's `uniform_warpgroup`, as the table has it.
+    uniform_warpgroup: bool,
     /// kiln-codegen's divisibility: `(argument, n)`, the argument a multiple of `n`. Without
     /// codegen it only tells whether the request is shipped.
     #[cfg(feature = "codegen")]
@@ -98,6 +100,9 @@ impl fmt::Display for Request {
         }
         if self.producer {
             write!(f, ", producer")?;
+        }
+        if self.uniform_warpgroup {
+            write!(f, ", uniform warpgroup")?;
         }
         match &self.shipped {
             Some(s) => write!(f, " (shipped as {})", s.name),
@@ -218,6 +223,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
     let num_stages = flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1);
     let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
     let producer = wgmma && table.is_some_and(|c| c.producer);
+    let uniform_warpgroup = wgmma && table.is_some_and(|c| c.uniform_warpgroup);
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
         assumed
@@ -241,6 +247,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
                 && s.config.num_stages == num_stages
                 && s.config.wgmma == wgmma
                 && s.config.producer == producer
+                && s.config.uniform_warpgroup == uniform_warpgroup
                 && same_divisibility
         })
     });
@@ -255,6 +262,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         num_stages,
         wgmma,
         producer,
+        uniform_warpgroup,
         #[cfg(feature = "codegen")]
         divisibility,
         shipped,
@@ -435,7 +443,8 @@ fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
         kiln_codegen::CompileOptions::new(request.target, request.num_warps)
             .with_stages(request.num_stages)
             .with_wgmma(request.wgmma)
-            .with_producer(request.producer),
+            .with_producer(request.producer)
+            .with_uniform_warpgroup(request.uniform_warpgroup),
         |options, (name, n)| options.with_divisibility(name, *n),
     );
     let compiled = kiln_codegen::compile(&request.kernel, &options)

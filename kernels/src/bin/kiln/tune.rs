@@ -14,7 +14,7 @@ use crate::bench::{numbers, parse_dtype};
 
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
-                [--backward split|fused] [--samples N] [--configs 128x64:4:2[:wgmma[:producer[:persistent]]],...]";
+                [--backward split|fused] [--samples N] [--configs 128x64:4:2[:wgmma[:producer[:persistent]][:uniform]],...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
@@ -182,7 +182,8 @@ mod compile {
             kiln_codegen::CompileOptions::new(target, config.num_warps)
                 .with_stages(config.num_stages)
                 .with_wgmma(config.wgmma)
-                .with_producer(config.producer),
+                .with_producer(config.producer)
+                .with_uniform_warpgroup(config.uniform_warpgroup),
             |options, (name, n)| options.with_divisibility(name, n),
         );
         let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
