@@ -2326,7 +2326,7 @@ fn dkdv_streams_its_row_statistics_with_its_tiles() {
 /// launch must size and opt into.
 #[test]
 fn shared_memory_above_48_kib_is_dynamic() {
-    let compiled = compile_case(&case("attention_fwd_bf16_d128_long_sm_90a"));
+    let compiled = compile_case(&case("attention_fwd_bf16_d128_signed_sm_90a"));
     // Q (128 x 128), the first K tile and the last V tile (128 x 128, before and after the loops
     // that overlap the softmax), and two buffers each of K and V (128 x 128), bf16; 1024-byte
     // aligned for `wgmma`'s swizzle; then the buffers' `full` and `empty` TMA barriers (8 bytes

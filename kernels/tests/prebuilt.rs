@@ -175,7 +175,7 @@ fn every_planned_launch_finds_its_ptx() {
     assert_eq!(plan(0.1), ("attention_fwd_bf16_d128_sm_90a".into(), true));
     assert_eq!(
         plan(-0.1),
-        ("attention_fwd_bf16_d128_long_sm_90a".into(), false)
+        ("attention_fwd_bf16_d128_signed_sm_90a".into(), false)
     );
 }
 

@@ -14,7 +14,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (long: not persistent; without a mask not uniform) | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -26,7 +26,7 @@
 //! faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
 //! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a
 //! softmax scale >= 0 only: a call with a negative one runs the long range's entry, or where
-//! that one is persistent too (D64 causal), its blocks one program a block, shipped as
+//! that one is persistent too (D64 causal, D128), its blocks one program a block, shipped as
 //! `_signed` ([`super::plan::forward`], [`super::plan::signed_forward`]).
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
@@ -41,10 +41,11 @@
 //! warpgroup issue its copies (FlashAttention-3's warp specialisation): at 128 1.04-1.07x from 1k
 //! to 16k, causal or not, at 256 1.00-1.06x (most at 1k); elsewhere it lost or tied (dQ
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
-//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). The D128 forward below 4k keys a
-//! program is persistent, one program an SM looping over the blocks: without a mask 1.22x at
-//! seqlen 512, 1.11x at 1k, 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal (on
-//! pairs of blocks) 1.21x at 1k, 1.13x at 2k and 1.05x at 4k (sixteenth session); so is D64's,
+//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). The D128 forward is persistent,
+//! one program an SM looping over the blocks: without a mask 1.22x at seqlen 512, 1.11x at 1k,
+//! 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal (on pairs of blocks) 1.21x at
+//! 1k, 1.13x at 2k and 1.05x at 4k (sixteenth session), and at every length since its `wgmma`
+//! descriptors went uniform (seventeenth session); so is D64's,
 //! in 128 x 128 blocks with a producer, once its Q took two tiles by turns: without a mask
 //! 1.00-1.04x in compare.py at 1k-2k, 1.06-1.10x under the power cap, causal 1.08-1.09x there
 //! (sixteenth session). Several spill a little (up
@@ -435,21 +436,13 @@ pub fn config(
     // 256 x 64 of 16 warps from 4k keys a program (1.03-1.04x the 64 x 64 at 8k and 16k;
     // compare.py 1.04x at 4k: runs 175-177, fourteenth session; the persistent entry 0.95x at
     // 8k and 16k, run 203, sixteenth session; causal the entry, persistent on pairs of blocks,
-    // beats it: 1.11x at 8k, 1.07x at 16k, 1.03x under the power cap, run 203), and D128's one
-    // program a block (the persistent one 1.00x at 4k, 0.93-0.95x at 16k: runs 190 and 203;
-    // causal 1.00x at 8k, 0.92x at 16k: runs 200 and 203, fifteenth and sixteenth sessions).
+    // beats it: 1.11x at 8k, 1.07x at 16k, 1.03x under the power cap, run 203). D128's forward
+    // is persistent at every length since its descriptors went uniform: against one program a
+    // block (its `wgmma` descriptors uniform where causal) 1.03x at 4k, 1.02x at 8k, 0.98x at
+    // 16k without a mask, causal 1.05x at 8k, 0.99x at 16k; under the power cap 1.01-1.03x
+    // and 1.05x, 1.00x (run 215, seventeenth session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, false, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
-        // Causal, its `wgmma` descriptors' warpgroup from lane 0: 1.02x at 16k, where without a
-        // mask it loses 0.98x (runs 211-212, seventeenth session).
-        (Target::Sm90a, 128, causal, KeyLength::Long) => {
-            let long = c(128, 128, 8, 2).on_wgmma().with_producer();
-            if causal {
-                long.with_uniform_warpgroup()
-            } else {
-                long
-            }
-        }
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {
