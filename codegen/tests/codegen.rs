@@ -1456,8 +1456,9 @@ fn a_producer_warpgroup_issues_the_forwards_copies() {
 /// runs with its last block's `P @ V` apart, unlike D64's others), three query blocks of two
 /// heads (six tiles; causal, four pairs of blocks, two of them a middle block alone) taken by
 /// one, three (causal, a program's second pair two rounds after its first), four and six
-/// programs (causal, at most four: one a pair). Outputs start poisoned: every row is written, none twice differently. Its
-/// launch runs at most one program a tile, and refuses a negative scale, naming it.
+/// programs (causal, at most four: one a pair). Outputs start poisoned: every row is written,
+/// none twice differently. Its launch runs at most one program a tile, and refuses a negative
+/// scale, naming it.
 #[test]
 fn a_persistent_forward_writes_what_one_program_per_block_does() {
     use kiln_kernels::attention::check::LayoutKind;

@@ -53,17 +53,21 @@ pub fn candidates(
                         _ => block_m,
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
-                        all.push(wgmma);
-                        // Two consumer warpgroups fed by a producer's, and their `wgmma`
-                        // descriptors' warpgroup index from lane 0 or not.
+                        let mut variants = vec![wgmma];
+                        // Two consumer warpgroups fed by a producer's, and each two-warpgroup
+                        // variant with its `wgmma` descriptors' warpgroup index from lane 0.
                         if num_warps == 8 {
-                            let mut two = vec![wgmma, wgmma.with_producer()];
+                            variants.push(wgmma.with_producer());
                             if kernel == AttentionKernel::Forward {
-                                two.push(wgmma.with_producer().persistent());
+                                variants.push(wgmma.with_producer().persistent());
                             }
-                            all.extend(two.iter().skip(1));
-                            all.extend(two.iter().map(|c| c.with_uniform_warpgroup()));
+                            let uniform: Vec<KernelConfig> = variants
+                                .iter()
+                                .map(|c| c.with_uniform_warpgroup())
+                                .collect();
+                            variants.extend(uniform);
                         }
+                        all.extend(variants);
                     }
                 }
             }

@@ -45,11 +45,10 @@
 //! one program an SM looping over the blocks: without a mask 1.22x at seqlen 512, 1.11x at 1k,
 //! 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal (on pairs of blocks) 1.21x at
 //! 1k, 1.13x at 2k and 1.05x at 4k (sixteenth session), and at every length since its `wgmma`
-//! descriptors went uniform (seventeenth session); so is D64's,
-//! in 128 x 128 blocks with a producer, once its Q took two tiles by turns: without a mask
-//! 1.00-1.04x in compare.py at 1k-2k, 1.06-1.10x under the power cap, causal 1.08-1.09x there
-//! (sixteenth session). Several spill a little (up
-//! to 700 bytes, ptxas 13.0) and are still the fastest measured.
+//! descriptors went uniform (seventeenth session); so is D64's, in 128 x 128 blocks with a
+//! producer, once its Q took two tiles by turns: without a mask 1.00-1.04x in compare.py at
+//! 1k-2k, 1.06-1.10x under the power cap, causal 1.08-1.09x there (sixteenth session). Several
+//! spill a little (up to 700 bytes, ptxas 13.0) and are still the fastest measured.
 //!
 //! The sm_80 entries at 64 and 128 are `kiln tune`'s winners for the sm_80 PTX run on an H200
 //! (`KILN_TARGET=sm_80`, which is where Stage 1's bars are measured; bf16, seqlen 4096, sustained

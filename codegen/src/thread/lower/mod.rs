@@ -346,12 +346,12 @@ impl Lowering<'_> {
         if let Some(&reg) = self.fields.get(&field) {
             return reg;
         }
-        let prelude_const =
-            |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
         let (id_shift, id_mask) = match field.id {
             Id::Lane => (0, THREADS_PER_WARP - 1),
             Id::Warp => (THREADS_PER_WARP.trailing_zeros(), u32::MAX),
         };
+        let prelude_const =
+            |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
         let shift = prelude_const(self, (id_shift + field.shift) as i64);
         let shifted = self.emit_prelude(Op::Int(IntOp::LShr, self.tid, shift), Type::I32);
         let mask = prelude_const(self, ((id_mask >> field.shift) & field.mask()) as i64);

@@ -204,10 +204,10 @@ impl Lowering<'_> {
     }
 
     /// The warpgroup's index, `tid / 128`, as lane 0 of the warp has it (`shfl.sync.idx`), for
-    /// [`crate::CompileOptions::uniform_warpgroup`]: ptxas then knows it is the same in every lane and
-    /// keeps the `wgmma` descriptors of a warpgroup's rows of A in uniform registers (from
-    /// `tid / 128` it computes them in vector registers and moves each, `R2UR`, before every
-    /// use).
+    /// [`crate::CompileOptions::uniform_warpgroup`]: ptxas then knows it is the same in every
+    /// lane and keeps the `wgmma` descriptors of a warpgroup's rows of A in uniform registers
+    /// (from `tid / 128` it computes them in vector registers and moves each, `R2UR`, before
+    /// every use).
     pub(super) fn uniform_warpgroup(&mut self) -> Reg {
         if let Some(reg) = self.uniform_warpgroup {
             return reg;
