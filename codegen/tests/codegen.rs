@@ -2640,10 +2640,10 @@ fn attention_forward_ptx_has_loc_lines_at_the_dsl_source() {
         .filter(|&n| lines[n - 1].contains("dot("))
         .collect();
     // The overlapped forward's (the first block's QK^T and the last block's PV, then the next
-    // block's and PV in each of the unmasked and the masked loop), the persistent one's (the
-    // block before's last PV, this block's first QK^T) and the plain loop's, which reads the
-    // tiles it loads by name.
-    assert_eq!(dot_lines.len(), 10, "the forward's dot lines");
+    // block's and PV in each of the unmasked and the masked loop), the persistent one's (this
+    // block's first QK^T, the block before's last PV before or after it by head dim) and the
+    // plain loop's, which reads the tiles it loads by name.
+    assert_eq!(dot_lines.len(), 11, "the forward's dot lines");
     let plain: Vec<usize> = dot_lines
         .iter()
         .copied()

@@ -446,10 +446,21 @@ fn persistent<
             ),
             [0],
         );
-        // The block before's last P @ V, then its output, written while this block's first
-        // scores run.
-        acc = dot(p_t, v_last, acc);
-        let qk = dot(q_tile, trans(k_first_tile));
+        // The block before's last P @ V and this block's first scores, then the block before's
+        // output. Nothing stands between the two `dot`s (the scores' zeros come first), so the
+        // warpgroups take one turn for both; with one each, each waited for the other's first
+        // (D64 1.02-1.05x at 1k-2k without). Up to head dim 64 the product goes first and the
+        // output is written while the scores run; at 128 the scores go first, which ptxas
+        // schedules into a key loop 8 instructions shorter: 1.01-1.03x at every length (runs
+        // 223-224, docs/PERF.md, eighteenth session).
+        let no_scores = zeros([BLOCK_M, BLOCK_N], f32);
+        if HEAD_DIM <= 64 {
+            acc = dot(p_t, v_last, acc);
+        }
+        let qk = dot(q_tile, trans(k_first_tile), no_scores);
+        if HEAD_DIM > 64 {
+            acc = dot(p_t, v_last, acc);
+        }
         store_rows::<T, HEAD_DIM, BLOCK_M>(
             acc,
             l_i,
