@@ -97,8 +97,9 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 /// `refill_buffers` of each, up to `refilled`; every other staged tile from there, each at its
 /// own place, then from `reduction` the tile the TMA stores of their own share (`atomic_add`s
 /// by TMA, stores in loops); above them, from `staged`, pipelined loads' buffers, a loop's above
-/// those of the loops around it, so that sibling loops reuse the same bytes (and TMA stores after the loops
-/// the same bytes again, one after the other: the layout stage lets them only where they fit);
+/// those of the loops around it, so that sibling loops reuse the same bytes (and TMA stores
+/// after the loops the same bytes again, one after the other: the layout stage lets them only
+/// where they fit);
 /// from `barriers`, TMA loops' `mbarrier`s, stacked alike; from `once_barriers`, one `mbarrier`
 /// for each top-level or refilled load TMA copies and buffer of it (and an `empty` one each
 /// after those, where some are refilled); the scratch above all, from `end`.
