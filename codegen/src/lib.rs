@@ -99,6 +99,13 @@ pub struct CompileOptions {
     /// it: 1.02-1.05x for D128's forward, 0.94-0.99x for D64's (docs/PERF.md, seventeenth
     /// session), so it is a configuration the table and `kiln tune` choose. Needs `wgmma`.
     pub uniform_warpgroup: bool,
+    /// Whether each `wgmma` statement adds its descriptors' offsets (the k step's, the
+    /// instruction's rows) to their tile's base itself, rather than LLVM computing one
+    /// register pair per instruction, which it hoists out of loops over resident tiles: the
+    /// fused D128 dK/dV held 48 registers of them and spilled 196 bytes (32 at issue),
+    /// 1.03-1.09x there; D64's forward and D128's dQ, which have the registers, lost 2-8%
+    /// (docs/PERF.md, nineteenth session). So the table chooses it. Needs `wgmma`.
+    pub descriptors_at_issue: bool,
 }
 
 impl Default for CompileOptions {
@@ -151,6 +158,7 @@ impl CompileOptions {
             wgmma: false,
             producer: false,
             uniform_warpgroup: false,
+            descriptors_at_issue: false,
         }
     }
 
@@ -169,6 +177,15 @@ impl CompileOptions {
     pub fn with_uniform_warpgroup(self, uniform_warpgroup: bool) -> CompileOptions {
         CompileOptions {
             uniform_warpgroup,
+            ..self
+        }
+    }
+
+    /// The same options with each `wgmma`'s descriptors computed at issue (or not):
+    /// [`CompileOptions::descriptors_at_issue`].
+    pub fn with_descriptors_at_issue(self, descriptors_at_issue: bool) -> CompileOptions {
+        CompileOptions {
+            descriptors_at_issue,
             ..self
         }
     }
@@ -242,6 +259,9 @@ impl CompileOptions {
             return invalid(
                 "a uniform warpgroup index is for wgmma descriptors: it needs wgmma".to_string(),
             );
+        }
+        if self.descriptors_at_issue && !self.wgmma {
+            return invalid("descriptors at issue are wgmma's: they need wgmma".to_string());
         }
         // One consumer warpgroup already has the most registers a thread can: the producer's
         // would go unused.

@@ -78,7 +78,8 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
             .with_stages(case.num_stages)
             .with_wgmma(case.wgmma)
             .with_producer(case.producer)
-            .with_uniform_warpgroup(case.uniform_warpgroup),
+            .with_uniform_warpgroup(case.uniform_warpgroup)
+            .with_descriptors_at_issue(case.descriptors_at_issue),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -550,6 +551,7 @@ fn call_case(
         wgmma: config.wgmma,
         producer: config.producer,
         uniform_warpgroup: config.uniform_warpgroup,
+        descriptors_at_issue: config.descriptors_at_issue,
         tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
     }
 }
@@ -566,7 +568,8 @@ fn attention_options(
             .with_stages(config.num_stages)
             .with_wgmma(config.wgmma)
             .with_producer(config.producer)
-            .with_uniform_warpgroup(config.uniform_warpgroup),
+            .with_uniform_warpgroup(config.uniform_warpgroup)
+            .with_descriptors_at_issue(config.descriptors_at_issue),
         |options, (arg, n)| options.with_divisibility(arg, n),
     )
 }
@@ -620,12 +623,14 @@ fn the_emulator_agrees_on_every_attention_kernel() {
                 a.wgmma,
                 a.producer,
                 a.uniform_warpgroup,
+                a.descriptors_at_issue,
             ) == (
                 b.num_warps,
                 b.num_stages,
                 b.wgmma,
                 b.producer,
                 b.uniform_warpgroup,
+                b.descriptors_at_issue,
             )
     };
     for case in &cases {
@@ -671,6 +676,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 wgmma: false,
                 producer: false,
                 uniform_warpgroup: false,
+                descriptors_at_issue: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -1721,6 +1727,93 @@ fn a_producer_warpgroup_is_refused_where_it_cannot_feed() {
         uniform.contains("a uniform warpgroup index is for wgmma descriptors: it needs wgmma"),
         "{uniform}"
     );
+    let at_issue = KernelConfig::new(128, 128, 8, 2).with_descriptors_at_issue();
+    let at_issue = refusal("attention_fwd", at_issue, false);
+    assert!(
+        at_issue.contains("descriptors at issue are wgmma's: they need wgmma"),
+        "{at_issue}"
+    );
+}
+
+/// `descriptors_at_issue` (the fused D128 dK/dV's table entry): every `wgmma` statement gets
+/// its descriptors as their tiles' bases and adds each instruction's offset itself, so the
+/// thread program has no descriptor additions of its own and the PTX adds in the statements;
+/// without it the offsets are LLVM's additions (which LLVM hoists out of the loop: 196 bytes of
+/// spills there, docs/PERF.md, nineteenth session). The emulator agrees with the interpreter
+/// on it (as on every shipped kernel).
+#[test]
+fn descriptors_at_issue_are_added_in_the_wgmma_statement() {
+    let p = AttentionParams {
+        fused_backward: true,
+        ..table_params(BF16, 128, false)
+    };
+    let table = p.config(Target::Sm90a).unwrap().dkdv;
+    assert!(table.descriptors_at_issue, "{table}");
+    let with = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, table);
+    let without_config = KernelConfig {
+        descriptors_at_issue: false,
+        ..table
+    };
+    let without = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, without_config);
+    // Descriptors with an offset in the thread program's `wgmma`s (`%base+offset`).
+    let offsets = |case: &cases::Case| {
+        let program = thread_program(&case.kernel, &case_options(case, Target::Sm90a)).unwrap();
+        program
+            .to_string()
+            .lines()
+            .filter(|l| l.contains("wgmma.m64"))
+            .map(|l| {
+                l.match_indices('+')
+                    .filter(|&(i, _)| l[i + 1..].starts_with(|c: char| c.is_ascii_digit()))
+                    .count()
+            })
+            .sum::<usize>()
+    };
+    assert!(offsets(&with) > 0);
+    assert_eq!(offsets(&without), 0);
+    let adds = |case: &cases::Case| {
+        let ptx = compile(&case.kernel, &case_options(case, Target::Sm90a)).unwrap();
+        ptx.ptx().matches("add.s64 desc").count()
+    };
+    assert!(adds(&with) > 0);
+    assert_eq!(adds(&without), 0);
+    for run in cases::runs(&with) {
+        let outcome = emulate_run(&with, &run);
+        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+    }
+}
+
+/// A `dot` whose accumulator is zeros issues its first `wgmma` with `scale-d` false, reading no
+/// accumulator, and sets no register to zero for it: in the forward the scores do (`=`), the
+/// accumulating `P @ V` does not (`+=`), and the PTX passes the scores' accumulators in
+/// undefined (no `mov.f32` of a zero before their statement; the fused D128 dK/dV had 64 such
+/// moves an iteration, docs/PERF.md, nineteenth session).
+#[test]
+fn a_zero_accumulator_is_not_read_by_wgmma() {
+    let case = attention_case("attention_fwd", BF16, 128, false, Target::Sm90a);
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    let text = program.to_string();
+    let wgmmas: Vec<&str> = text.lines().filter(|l| l.contains("wgmma.m64")).collect();
+    let scores = wgmmas.iter().filter(|l| l.contains("} = ")).count();
+    let products = wgmmas.iter().filter(|l| l.contains("} += ")).count();
+    assert!(
+        scores > 0 && products > 0,
+        "{scores} scores, {products} products"
+    );
+    let ptx = compile_case(&case);
+    let ptx = ptx.ptx();
+    assert_eq!(
+        ptx.matches("setp.eq.b32 z,").count(),
+        scores,
+        "one false scale-d a statement of zeros"
+    );
+    let statements: Vec<&str> = ptx.split("// begin inline asm").collect();
+    for pair in statements.windows(2) {
+        if pair[1].contains(", z, 1, 1") {
+            let filled = pair[0].lines().rev().take(8).any(|l| l.contains("mov.f32"));
+            assert!(!filled, "zeros set before {}", pair[1]);
+        }
+    }
 }
 
 /// `uniform_warpgroup` takes the warpgroup index of the `wgmma` descriptors of A from lane 0:

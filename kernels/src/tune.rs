@@ -17,15 +17,15 @@ use crate::attention::{
 use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
 
-/// The configurations tried for `kernel` (of the fused backward, or not): blocks of 32 to 128
-/// rows each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query
-/// rows); on sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys
-/// for the split dK/dV, which is key-major there), at 8 warps also with a producer warpgroup
-/// issuing the copies (the forward's also persistent), and for the forward 256 query rows of 16
-/// warps (four
-/// warpgroups taking turns, with a producer or not; the backward's accumulators need more
-/// registers than 16 warps leave a thread). The compiler refuses what does not fit (shared memory,
-/// warps the tile cannot feed); those trials say so.
+/// The configurations tried for `kernel` (of the fused backward, or not): blocks of 32 to 128 rows
+/// each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query rows); on
+/// sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys for the split
+/// dK/dV, which is key-major there), at 8 warps also with a producer warpgroup issuing the copies
+/// (the forward's also persistent), each two-warpgroup one with a uniform warpgroup index and the
+/// fused dK/dV's with descriptors at issue, and for the forward 256 query rows of 16 warps (four
+/// warpgroups taking turns, with a producer or not; the backward's accumulators need more registers
+/// than 16 warps leave a thread). The compiler refuses what does not fit (shared memory, warps the
+/// tile cannot feed); those trials say so.
 pub fn candidates(
     kernel: AttentionKernel,
     target: Target,
@@ -66,6 +66,15 @@ pub fn candidates(
                                 .map(|c| c.with_uniform_warpgroup())
                                 .collect();
                             variants.extend(uniform);
+                        }
+                        // The fused dK/dV, short of registers, each with its descriptors
+                        // computed at issue too.
+                        if fused_backward && kernel == AttentionKernel::DkDv {
+                            let at_issue: Vec<KernelConfig> = variants
+                                .iter()
+                                .map(|c| c.with_descriptors_at_issue())
+                                .collect();
+                            variants.extend(at_issue);
                         }
                         all.extend(variants);
                     }

@@ -19,7 +19,7 @@ use crate::layout::mma::{
 use crate::layout::wgmma::{Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Space, Special, Type, WgmmaA, WgmmaStep,
+    ShuffleMode, Space, Special, Type, WgmmaA, WgmmaDesc, WgmmaStep,
 };
 
 type Result<T> = std::result::Result<T, EmulationError>;
@@ -694,10 +694,17 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 steps,
                 trans_b,
                 acc,
+                accumulate,
                 elem,
             } => {
-                let mut values: Vec<Vec<u64>> =
-                    acc.iter().map(|r| self.regs[r.index()].clone()).collect();
+                // Without `accumulate` the first step reads no accumulator: +0.0 in its place.
+                let mut values: Vec<Vec<u64>> = acc
+                    .iter()
+                    .map(|r| match accumulate {
+                        true => self.regs[r.index()].clone(),
+                        false => vec![0; self.threads],
+                    })
+                    .collect();
                 for step in steps {
                     values = self.wgmma(inst, step, *trans_b, &values, *elem)?;
                 }
@@ -838,7 +845,6 @@ impl<'a, 'g> BlockState<'a, 'g> {
         acc: &[Vec<u64>],
         elem: Type,
     ) -> Result<Vec<Vec<u64>>> {
-        let b = *b;
         let half_value = match elem {
             Type::F16 => |bits: u64| f16::from_bits(bits as u16).to_f64(),
             Type::BF16 => |bits: u64| bf16::from_bits(bits as u16).to_f64(),
@@ -856,12 +862,13 @@ impl<'a, 'g> BlockState<'a, 'g> {
         let mut out = vec![vec![0u64; self.threads]; acc.len()];
         for first in (0..self.threads).step_by(group) {
             // A descriptor is the warpgroup's: every thread must give the same.
-            let descriptor = |this: &Self, reg: Reg| {
-                let bits = this.get(reg, first);
-                if let Some(t) = (first..first + group).find(|&t| this.get(reg, t) != bits) {
+            let descriptor = |this: &Self, desc: &WgmmaDesc| {
+                let bits = this.get(desc.base, first);
+                if let Some(t) = (first..first + group).find(|&t| this.get(desc.base, t) != bits) {
                     let message = format!("descriptor differs across the warpgroup: {bits:#x}");
                     return Err(this.error(inst, Some(t), message));
                 }
+                let bits = bits.wrapping_add(u64::from(desc.offset));
                 Descriptor::decode(bits).map_err(|m| this.error(inst, Some(first), m))
             };
             let read = |this: &mut Self, desc: &Descriptor, major: Major, mn, k| {
@@ -887,7 +894,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 for (k, value) in values.iter_mut().enumerate() {
                     *value = match a {
                         WgmmaA::Descriptor { desc, trans } => {
-                            let a_desc = descriptor(self, *desc)?;
+                            let a_desc = descriptor(self, desc)?;
                             let major = if *trans { Major::MN } else { Major::K };
                             read(self, &a_desc, major, row, k)?
                         }

@@ -255,9 +255,10 @@ impl<'ctx> Translation<'_, 'ctx> {
                 steps,
                 trans_b,
                 acc,
+                accumulate,
                 elem,
             } => {
-                let values = self.wgmma(steps, *trans_b, acc, *elem)?;
+                let values = self.wgmma(steps, *trans_b, acc, *accumulate, *elem)?;
                 for (&r, v) in inst.results.iter().zip(values) {
                     self.bind(r, v);
                 }
@@ -766,61 +767,101 @@ impl<'ctx> Translation<'_, 'ctx> {
     }
 
     /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}` once per step, in one
-    /// statement, the accumulators in and out once, `scale-d` true (accumulate), A and B
-    /// unscaled.
+    /// statement, the accumulators in and out once, `scale-d` true (accumulate) but for the
+    /// first step without `accumulate`, A and B unscaled. The descriptors' bases are its
+    /// operands, one per tile; it adds their offsets (`WgmmaDesc`) itself.
     fn wgmma(
         &self,
         steps: &[crate::thread::WgmmaStep],
         trans_b: bool,
         acc: &[crate::thread::Reg],
+        accumulate: bool,
         elem: crate::thread::Type,
     ) -> Result<Vec<BasicValueEnum<'ctx>>> {
         let count = acc.len();
         let elem = elem.name();
-        let mut inputs = Vec::new();
-        let mut constraints: Vec<String> = vec!["=f".to_string(); count];
-        let operand = |i: usize| format!("${i}");
-        let d: Vec<String> = (0..count).map(operand).collect();
-        let mut next = count;
-        let mut input = |value: BasicValueEnum<'ctx>, letter: &str| {
-            inputs.push(value);
-            constraints.push(letter.to_string());
-            next += 1;
-            operand(next - 1)
+        let d: Vec<String> = (0..count).map(|i| format!("${i}")).collect();
+        let mut operands = AsmOperands {
+            inputs: Vec::new(),
+            constraints: vec!["=f".to_string(); count],
         };
+        // Each base an operand once; each step's descriptor with an offset `desc{j}`, its base
+        // plus offset.
+        let mut bases: Vec<(crate::thread::Reg, String)> = Vec::new();
+        let mut add = Vec::new();
+        let mut descriptor =
+            |operands: &mut AsmOperands<'ctx>, desc: &crate::thread::WgmmaDesc| -> Result<String> {
+                let base = match bases.iter().find(|(b, _)| *b == desc.base) {
+                    Some((_, name)) => name.clone(),
+                    None => {
+                        let name = operands.push(self.value(desc.base)?, "l");
+                        bases.push((desc.base, name.clone()));
+                        name
+                    }
+                };
+                if desc.offset == 0 {
+                    return Ok(base);
+                }
+                let j = add.len();
+                add.push(format!("add.s64 desc{j}, {base}, {};", desc.offset));
+                Ok(format!("desc{j}"))
+            };
         let mut issued = Vec::new();
         for step in steps {
             let (a_text, trans) = match &step.a {
                 crate::thread::WgmmaA::Descriptor { desc, trans } => (
-                    input(self.value(*desc)?, "l"),
+                    descriptor(&mut operands, desc)?,
                     format!("{}, {}", *trans as u8, trans_b as u8),
                 ),
                 crate::thread::WgmmaA::Registers(regs) => {
                     let (words, _) = self.asm_operands(regs)?;
-                    let names: Vec<String> = words.into_iter().map(|w| input(w, "r")).collect();
+                    let names: Vec<String> =
+                        words.into_iter().map(|w| operands.push(w, "r")).collect();
                     (
                         format!("{{{}}}", names.join(", ")),
                         format!("{}", trans_b as u8),
                     )
                 }
             };
-            let b_text = input(self.value(step.b)?, "l");
+            let b_text = descriptor(&mut operands, &step.b)?;
+            // `z` (false) makes the first step ignore the accumulators.
+            let scale = if accumulate || !issued.is_empty() {
+                "p"
+            } else {
+                "z"
+            };
             issued.push(format!(
                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem} {{{d}}}, {a_text}, \
-                 {b_text}, p, 1, 1, {trans};",
+                 {b_text}, {scale}, 1, 1, {trans};",
                 n = 2 * count,
                 d = d.join(", "),
             ));
         }
-        let scale_d = input(self.context.i32_type().const_int(1, false).into(), "r");
+        let scale_d = operands.push(self.context.i32_type().const_int(1, false).into(), "r");
+        let AsmOperands {
+            mut inputs,
+            mut constraints,
+        } = operands;
+        // Accumulators not read go in undefined, so that nothing sets them.
+        let unread = self.context.f32_type().get_undef().into();
         for (i, &r) in acc.iter().enumerate() {
-            inputs.push(self.value(r)?);
+            inputs.push(if accumulate { self.value(r)? } else { unread });
             constraints.push(i.to_string());
         }
-        let asm = format!(
-            "{{\n.reg .pred p;\nsetp.ne.b32 p, {scale_d}, 0;\n{}\n}}",
-            issued.join("\n")
-        );
+        let mut lines = vec![".reg .pred p;".to_string()];
+        if !accumulate {
+            lines.push(".reg .pred z;".to_string());
+        }
+        if !add.is_empty() {
+            lines.push(format!(".reg .b64 desc<{}>;", add.len()));
+        }
+        lines.push(format!("setp.ne.b32 p, {scale_d}, 0;"));
+        if !accumulate {
+            lines.push(format!("setp.eq.b32 z, {scale_d}, 0;"));
+        }
+        lines.extend(add);
+        lines.extend(issued);
+        let asm = format!("{{\n{}\n}}", lines.join("\n"));
         let f32_type = self.context.f32_type().into();
         self.asm(&asm, &constraints, &vec![f32_type; count], &inputs)
     }
@@ -935,4 +976,19 @@ pub(super) fn asm_constraints(inputs: &[BasicValueEnum<'_>]) -> Vec<String> {
         })
         .map(str::to_string)
         .collect()
+}
+
+/// An inline-asm statement's inputs as they are added, each named `$i` after the outputs.
+struct AsmOperands<'ctx> {
+    inputs: Vec<BasicValueEnum<'ctx>>,
+    constraints: Vec<String>,
+}
+
+impl<'ctx> AsmOperands<'ctx> {
+    /// Adds `value` under constraint `letter`; returns its name in the statement.
+    fn push(&mut self, value: BasicValueEnum<'ctx>, letter: &str) -> String {
+        self.inputs.push(value);
+        self.constraints.push(letter.to_string());
+        format!("${}", self.constraints.len() - 1)
+    }
 }

@@ -364,14 +364,18 @@ pub enum Op {
     WgmmaFence,
     /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{elem}.{elem}` over the warpgroup, once per
     /// k step, back to back into the same accumulators, `N = 2 * acc.len()`: `acc` are this
-    /// thread's f32 accumulators (`layout::wgmma`), each step's B an i64 descriptor (`trans_b`:
-    /// N-major); the results are `acc + sum of a * b`, which may be read only after a
-    /// [`Op::WgmmaWait`] retires the group the instructions join. One statement for the chain
-    /// keeps LLVM from handling the accumulators once per step.
+    /// thread's f32 accumulators (`layout::wgmma`), each step's B a descriptor (`trans_b`:
+    /// N-major); the results are `acc + sum of a * b` (without `accumulate`, the sum alone),
+    /// which may be read only after a [`Op::WgmmaWait`] retires the group the instructions
+    /// join. One statement for the chain keeps LLVM from handling the accumulators once per
+    /// step.
     Wgmma {
         steps: Vec<WgmmaStep>,
         trans_b: bool,
         acc: Vec<Reg>,
+        /// False where the accumulator is zeros: the first step does not read `acc`
+        /// (`scale-d` 0), so that no register is set to zero for it.
+        accumulate: bool,
         /// F16 or BF16.
         elem: Type,
     },
@@ -464,14 +468,24 @@ pub enum Op {
 #[derive(Clone, Debug, PartialEq)]
 pub struct WgmmaStep {
     pub a: WgmmaA,
-    pub b: Reg,
+    pub b: WgmmaDesc,
+}
+
+/// A `wgmma` operand's i64 matrix descriptor: its tile's `base` plus `offset` 16-byte units
+/// (the start address field's), added in the `wgmma` statement itself
+/// ([`crate::CompileOptions::descriptors_at_issue`]; otherwise the offset is 0 and the base
+/// the instruction's own descriptor).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WgmmaDesc {
+    pub base: Reg,
+    pub offset: u32,
 }
 
 /// Where a `wgmma` takes A from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WgmmaA {
-    /// Shared memory, through an i64 descriptor (`trans`: M-major).
-    Descriptor { desc: Reg, trans: bool },
+    /// Shared memory, through a descriptor (`trans`: M-major).
+    Descriptor { desc: WgmmaDesc, trans: bool },
     /// Four 16-bit pairs of this thread: the `mma.sync` A fragment of its warp's 16 rows.
     Registers(Vec<Reg>),
 }

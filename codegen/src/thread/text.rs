@@ -5,7 +5,7 @@ use std::fmt::{self, Write};
 
 use super::ir::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Special, WgmmaA,
+    ShuffleMode, Special, WgmmaA, WgmmaDesc,
 };
 
 impl fmt::Display for Program {
@@ -37,6 +37,14 @@ fn reg(r: Reg) -> String {
 
 fn regs(rs: &[Reg]) -> String {
     rs.iter().map(|&r| reg(r)).collect::<Vec<_>>().join(", ")
+}
+
+/// `%base+offset`, the offset in the descriptor's 16-byte units.
+fn descriptor(desc: &WgmmaDesc) -> String {
+    match desc.offset {
+        0 => reg(desc.base),
+        offset => format!("{}+{offset}", reg(desc.base)),
+    }
 }
 
 impl Program {
@@ -234,6 +242,7 @@ fn op_text(op: &Op) -> String {
             steps,
             trans_b,
             acc,
+            accumulate,
             elem,
         } => {
             let steps: Vec<String> = steps
@@ -241,19 +250,24 @@ fn op_text(op: &Op) -> String {
                 .map(|step| {
                     let a = match &step.a {
                         WgmmaA::Descriptor { desc, trans } => {
-                            format!("{}{}", reg(*desc), if *trans { ".trans" } else { "" })
+                            format!("{}{}", descriptor(desc), if *trans { ".trans" } else { "" })
                         }
                         WgmmaA::Registers(a) => format!("{{{}}}", regs(a)),
                     };
-                    let b = format!("{}{}", reg(step.b), if *trans_b { ".trans" } else { "" });
+                    let b = format!(
+                        "{}{}",
+                        descriptor(&step.b),
+                        if *trans_b { ".trans" } else { "" }
+                    );
                     format!("{a} x {b}")
                 })
                 .collect();
             format!(
-                "wgmma.m64n{}k16.{} {{{}}} += {}",
+                "wgmma.m64n{}k16.{} {{{}}} {} {}",
                 2 * acc.len(),
                 elem.name(),
                 regs(acc),
+                if *accumulate { "+=" } else { "=" },
                 steps.join(" + ")
             )
         }

@@ -4,7 +4,9 @@
 //! Each entry is `BLOCK_M x BLOCK_N, warps, stages`, and `wgmma` where its `dot`s run on Hopper's
 //! warpgroup tensor cores (the forward then overlaps its softmax with `P @ V`), `producer` where a
 //! producer warpgroup of 4 more warps issues its copies, `uniform` where its `wgmma`
-//! descriptors take their warpgroup's index from lane 0 (kiln-codegen's `uniform_warpgroup`).
+//! descriptors take their warpgroup's index from lane 0 (kiln-codegen's `uniform_warpgroup`),
+//! `at issue` where each `wgmma` statement adds its descriptors' offsets (kiln-codegen's
+//! `descriptors_at_issue`).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -63,8 +65,10 @@
 //! The fused backward runs a preprocessing kernel (the row statistics, and the dQ accumulator
 //! zeroed) and a dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one
 //! also holds a dQ tile and adds it: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64
-//! (`kiln tune --backward fused`, H100, 2026-11-25), and 64 x 128, 8, 2, wgmma at 128 (key-major,
-//! H200, twelfth session); elsewhere the split dK/dV's entry, untuned.
+//! (at issue at 64; `kiln tune --backward fused`, H100, 2026-11-25), and 64 x 128, 8, 2, wgmma,
+//! uniform, at issue at 128 (key-major, H200, twelfth session; its descriptors nineteenth);
+//! elsewhere the split dK/dV's entry, untuned. Those short of registers compute their `wgmma`
+//! descriptors at issue: LLVM would hoist one register pair per instruction out of the loop.
 
 use kiln_dsl::Target;
 
@@ -101,6 +105,10 @@ pub struct KernelConfig {
     /// configuration with `wgmma` and two warpgroups or more; it moves ptxas's schedule, which
     /// wins for some kernels and loses for others: docs/PERF.md, seventeenth session).
     pub uniform_warpgroup: bool,
+    /// kiln-codegen's `descriptors_at_issue`: each `wgmma` statement adds its descriptors'
+    /// offsets itself, so that LLVM holds no register pair per instruction across a loop
+    /// (for kernels short of registers: docs/PERF.md, nineteenth session).
+    pub descriptors_at_issue: bool,
 }
 
 impl KernelConfig {
@@ -119,6 +127,7 @@ impl KernelConfig {
             producer: false,
             persistent: false,
             uniform_warpgroup: false,
+            descriptors_at_issue: false,
         }
     }
 
@@ -142,6 +151,14 @@ impl KernelConfig {
     pub const fn with_uniform_warpgroup(self) -> KernelConfig {
         KernelConfig {
             uniform_warpgroup: true,
+            ..self
+        }
+    }
+
+    /// The same configuration, its `wgmma` descriptors computed at issue.
+    pub const fn with_descriptors_at_issue(self) -> KernelConfig {
+        KernelConfig {
+            descriptors_at_issue: true,
             ..self
         }
     }
@@ -189,27 +206,36 @@ impl std::fmt::Display for KernelConfig {
         if self.uniform_warpgroup {
             write!(f, ", uniform warpgroup")?;
         }
+        if self.descriptors_at_issue {
+            write!(f, ", descriptors at issue")?;
+        }
         Ok(())
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]]`, as `kiln tune
-/// --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform][:at-issue]]`, as
+/// `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
         let refuse = || {
             format!(
-                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]], \
-                 got `{text}`"
+                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]\
+                 [:at-issue]], got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
-        let uniform = parts.len() > 4 && parts.last() == Some(&"uniform");
-        if uniform {
-            parts.pop();
-        }
+        // The `wgmma` options last, in this order.
+        let mut flag = |name: &str| {
+            let found = parts.len() > 4 && parts.last() == Some(&name);
+            if found {
+                parts.pop();
+            }
+            found
+        };
+        let at_issue = flag("at-issue");
+        let uniform = flag("uniform");
         let (blocks, warps, stages, wgmma, producer, persistent) = match parts[..] {
             [b, w, s] => (b, w, s, false, false, false),
             [b, w, s, "wgmma"] => (b, w, s, true, false, false),
@@ -236,8 +262,13 @@ impl std::str::FromStr for KernelConfig {
         } else {
             config
         };
-        Ok(if uniform {
+        let config = if uniform {
             config.with_uniform_warpgroup()
+        } else {
+            config
+        };
+        Ok(if at_issue {
+            config.with_descriptors_at_issue()
         } else {
             config
         })
@@ -446,12 +477,18 @@ pub fn config(
     };
     let dkdv = match (fused_backward, target, head_dim) {
         // `kiln tune --backward fused --kernels attention_bwd_dkdv` on an H100, bf16, seqlen
-        // 4096 (docs/PERF.md, 2026-11-25).
-        (true, Target::Sm90a, 32 | 64) => c(128, 128, 8, 2).on_wgmma(),
+        // 4096 (docs/PERF.md, 2026-11-25). Its descriptors at issue: 1.03-1.07x at D64,
+        // 0.97-1.00x at D32 (runs 226-227, nineteenth session).
+        (true, Target::Sm90a, 32) => c(128, 128, 8, 2).on_wgmma(),
+        (true, Target::Sm90a, 64) => c(128, 128, 8, 2).on_wgmma().with_descriptors_at_issue(),
         // Key-major in two warpgroups, dQ transposed (FlashAttention-3's shape): 1.42x the
         // 64 x 64 blocks of one warpgroup, causal 1.24x (`kiln tune`, H200, seqlen 4096,
-        // docs/PERF.md, twelfth session).
-        (true, Target::Sm90a, 128) => c(64, 128, 8, 2).on_wgmma(),
+        // docs/PERF.md, twelfth session). Its descriptors at issue and uniform: 196 -> 32
+        // bytes of spills, 1.05-1.09x (run 226, nineteenth session).
+        (true, Target::Sm90a, 128) => c(64, 128, 8, 2)
+            .on_wgmma()
+            .with_uniform_warpgroup()
+            .with_descriptors_at_issue(),
         // Not tuned for the fused backward: the split one's.
         _ => dkdv,
     };
@@ -529,6 +566,18 @@ mod tests {
                 .on_wgmma()
                 .with_uniform_warpgroup())
         );
+        let i: KernelConfig = "64x128:8:2:wgmma:uniform:at-issue".parse().unwrap();
+        assert_eq!(
+            i,
+            KernelConfig::new(64, 128, 8, 2)
+                .on_wgmma()
+                .with_uniform_warpgroup()
+                .with_descriptors_at_issue()
+        );
+        assert_eq!(
+            i.to_string(),
+            "64 x 128, 8 warps, 2 stages, wgmma, uniform warpgroup, descriptors at issue"
+        );
         for bad in [
             "128x64:4",
             "128:4:2",
@@ -536,7 +585,9 @@ mod tests {
             "ax64:4:2",
             "128x64:4:2:producer",
             "128x64:4:2:uniform",
+            "128x64:4:2:at-issue",
             "128x64:8:2:wgmma:uniform:producer",
+            "128x64:8:2:wgmma:at-issue:uniform",
         ] {
             let err = bad.parse::<KernelConfig>().unwrap_err();
             assert!(err.contains(&format!("got `{bad}`")), "{err}");

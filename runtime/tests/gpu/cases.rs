@@ -140,6 +140,9 @@ pub struct Case {
         reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
     )]
     pub uniform_warpgroup: bool,
+    /// kiln-codegen's `descriptors_at_issue`: each `wgmma` statement adds its descriptors'
+    /// offsets.
+    pub descriptors_at_issue: bool,
     pub tolerance: Tolerance,
 }
 
@@ -225,6 +228,7 @@ pub fn cases() -> Vec<Case> {
                 wgmma: false,
                 producer: false,
                 uniform_warpgroup: false,
+                descriptors_at_issue: false,
                 tolerance,
             })
         };
@@ -344,6 +348,7 @@ pub fn cases() -> Vec<Case> {
                 wgmma: false,
                 producer: false,
                 uniform_warpgroup: false,
+                descriptors_at_issue: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -373,6 +378,7 @@ pub fn cases() -> Vec<Case> {
             wgmma: true,
             producer: false,
             uniform_warpgroup: false,
+            descriptors_at_issue: false,
             tolerance: reduced(dtype),
         });
     }
@@ -393,6 +399,7 @@ pub fn cases() -> Vec<Case> {
         wgmma: true,
         producer: false,
         uniform_warpgroup: false,
+        descriptors_at_issue: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
@@ -413,6 +420,7 @@ pub fn cases() -> Vec<Case> {
             wgmma: s.config.wgmma,
             producer: s.config.producer,
             uniform_warpgroup: s.config.uniform_warpgroup,
+            descriptors_at_issue: s.config.descriptors_at_issue,
         });
     }
     for target in Target::ALL {
@@ -441,6 +449,7 @@ pub fn cases() -> Vec<Case> {
                     wgmma: false,
                     producer: false,
                     uniform_warpgroup: false,
+                    descriptors_at_issue: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }

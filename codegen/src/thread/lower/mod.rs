@@ -90,6 +90,7 @@ fn lower_in(
         fields: HashMap::new(),
         uniform_warpgroup: None,
         uniform_descriptors: options.uniform_warpgroup,
+        descriptors_at_issue: options.descriptors_at_issue,
         tid: Reg(0),
         shared_bytes: plan.end,
         max_shared_bytes,
@@ -215,6 +216,8 @@ pub(super) struct Lowering<'a> {
     uniform_warpgroup: Option<Reg>,
     /// [`crate::CompileOptions::uniform_warpgroup`].
     uniform_descriptors: bool,
+    /// [`crate::CompileOptions::descriptors_at_issue`].
+    descriptors_at_issue: bool,
     tid: Reg,
     /// The shared memory the program uses so far (staged tiles, then scratch).
     shared_bytes: u32,

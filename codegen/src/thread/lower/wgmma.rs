@@ -13,18 +13,25 @@
 //! ...                                    // ops that do not use the result
 //! wgmma.wait_group n acc..               // n: the groups committed after this one
 //! ```
+//!
+//! A `dot` of a zero accumulator issues its first step with `scale-d` false: no register is
+//! set to zero for it. Each descriptor is its tile's base plus a constant, added by LLVM or,
+//! with [`crate::CompileOptions::descriptors_at_issue`], in the statement itself.
 
-use kiln_dsl::ir::{Inst as TileInst, Op as TileOp, Value};
+use kiln_dsl::ir::{Constant as TileConstant, Inst as TileInst, Op as TileOp, Value};
 
 use super::dot::{Fragments, SharedTile};
 use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
+use crate::layout::divisibility::definitions;
 use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, Operand};
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
 use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion};
-use crate::thread::ir::{Cast, Constant, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaStep};
+use crate::thread::ir::{
+    Cast, Constant, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaDesc, WgmmaStep,
+};
 use crate::{CodegenError, Stage};
 
 /// The `dot`s of the region being lowered whose groups are in flight, each with the count of
@@ -99,6 +106,7 @@ impl Lowering<'_> {
         let per_rep = n / MMA_N * ACC_REGS_PER_MMA;
         let rows_per_rep = MMA_M * mma.num_warps() as usize;
         let mut acc_regs = self.regs(acc)?;
+        let accumulate = !self.is_zeros(acc);
         let in_registers = self
             .layouts
             .dot_operand(self.current_inst, lhs)
@@ -157,6 +165,7 @@ impl Lowering<'_> {
                     steps,
                     trans_b: b_descriptors.major == Major::MN,
                     acc: acc_regs[chunk.clone()].to_vec(),
+                    accumulate,
                     elem,
                 },
                 &vec![Type::F32; per_rep],
@@ -168,6 +177,19 @@ impl Lowering<'_> {
         let group = self.in_flight.committed;
         self.in_flight.dots.push((inst.results[0], group));
         Ok(acc_regs)
+    }
+
+    /// Whether `value` is a tile of zeros (a splat of the constant 0), which a `wgmma` need
+    /// not read.
+    fn is_zeros(&self, value: Value) -> bool {
+        let definitions = definitions(self.kernel);
+        let op = |v: Value| definitions[v.index()].map(|inst| &inst.op);
+        match op(value) {
+            Some(TileOp::Splat { value: scalar }) => {
+                matches!(op(*scalar), Some(TileOp::Constant(TileConstant::Float(z))) if *z == 0.0)
+            }
+            _ => false,
+        }
     }
 
     /// Whether `inst` is a `dot` on `wgmma`.
@@ -333,19 +355,28 @@ impl Lowering<'_> {
     }
 
     /// The descriptor of the instruction that reads the operand from logical `origin` (its
-    /// warpgroup's rows added for A, in `descriptors.base`).
+    /// warpgroup's rows added for A, in `descriptors.base`): the base and the offset, which
+    /// the `wgmma` statement adds with [`crate::CompileOptions::descriptors_at_issue`] and an
+    /// LLVM addition before it otherwise.
     fn descriptor(
         &mut self,
         inst: &TileInst,
         descriptors: &Descriptors,
         origin: [usize; 2],
-    ) -> Result<Reg> {
+    ) -> Result<WgmmaDesc> {
         let (_, at) = self.layout_descriptor(inst, &descriptors.tile, descriptors.is_a, origin)?;
-        if at.start == 0 {
-            return Ok(descriptors.base);
+        let offset = at.start >> 4;
+        if self.descriptors_at_issue || offset == 0 {
+            return Ok(WgmmaDesc {
+                base: descriptors.base,
+                offset,
+            });
         }
-        let units = self.int_const(Type::I64, (at.start >> 4) as i64);
-        Ok(self.int(IntOp::Add, descriptors.base, units))
+        let units = self.int_const(Type::I64, offset as i64);
+        Ok(WgmmaDesc {
+            base: self.int(IntOp::Add, descriptors.base, units),
+            offset: 0,
+        })
     }
 
     /// [`operand_descriptor`] for `tile` at byte 0, or an error if `wgmma` cannot read it.

@@ -75,6 +75,8 @@ struct Request {
     producer: bool,
     /// kiln-codegen's `uniform_warpgroup`, as the table has it.
     uniform_warpgroup: bool,
+    /// kiln-codegen's `descriptors_at_issue`, as the table has it.
+    descriptors_at_issue: bool,
     /// kiln-codegen's divisibility: `(argument, n)`, the argument a multiple of `n`. Without
     /// codegen it only tells whether the request is shipped.
     #[cfg(feature = "codegen")]
@@ -103,6 +105,9 @@ impl fmt::Display for Request {
         }
         if self.uniform_warpgroup {
             write!(f, ", uniform warpgroup")?;
+        }
+        if self.descriptors_at_issue {
+            write!(f, ", descriptors at issue")?;
         }
         match &self.shipped {
             Some(s) => write!(f, " (shipped as {})", s.name),
@@ -224,6 +229,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
     let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
     let producer = wgmma && table.is_some_and(|c| c.producer);
     let uniform_warpgroup = wgmma && table.is_some_and(|c| c.uniform_warpgroup);
+    let descriptors_at_issue = wgmma && table.is_some_and(|c| c.descriptors_at_issue);
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
         assumed
@@ -248,6 +254,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
                 && s.config.wgmma == wgmma
                 && s.config.producer == producer
                 && s.config.uniform_warpgroup == uniform_warpgroup
+                && s.config.descriptors_at_issue == descriptors_at_issue
                 && same_divisibility
         })
     });
@@ -263,6 +270,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         wgmma,
         producer,
         uniform_warpgroup,
+        descriptors_at_issue,
         #[cfg(feature = "codegen")]
         divisibility,
         shipped,
@@ -444,7 +452,8 @@ fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
             .with_stages(request.num_stages)
             .with_wgmma(request.wgmma)
             .with_producer(request.producer)
-            .with_uniform_warpgroup(request.uniform_warpgroup),
+            .with_uniform_warpgroup(request.uniform_warpgroup)
+            .with_descriptors_at_issue(request.descriptors_at_issue),
         |options, (name, n)| options.with_divisibility(name, *n),
     );
     let compiled = kiln_codegen::compile(&request.kernel, &options)

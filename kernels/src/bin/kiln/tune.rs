@@ -183,7 +183,8 @@ mod compile {
                 .with_stages(config.num_stages)
                 .with_wgmma(config.wgmma)
                 .with_producer(config.producer)
-                .with_uniform_warpgroup(config.uniform_warpgroup),
+                .with_uniform_warpgroup(config.uniform_warpgroup)
+                .with_descriptors_at_issue(config.descriptors_at_issue),
             |options, (name, n)| options.with_divisibility(name, n),
         );
         let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
