@@ -19,7 +19,7 @@ use crate::layout::mma::{
 use crate::layout::wgmma::{Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Space, Special, Type, WgmmaA, WgmmaDesc, WgmmaStep,
+    ShuffleMode, Space, Special, TmaCopy, Type, WgmmaA, WgmmaDesc, WgmmaStep,
 };
 
 type Result<T> = std::result::Result<T, EmulationError>;
@@ -583,23 +583,20 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 }
                 Ok(())
             }
-            Op::TmaLoad {
-                dst,
-                map,
-                coords,
-                bar,
-                warps,
-            } => {
-                let (params, lanes) = self.tma_lanes(inst, *map, *warps, &[*dst, *bar], coords)?;
-                for (t, at) in lanes {
-                    let (dst, bar) = (self.get(*dst, t), self.get(*bar, t));
-                    let (global, id) = (self.global, self.id(t));
-                    let c = self.c();
-                    let copied = c
-                        .mbarriers
-                        .copy(&mut c.shared, global, params, dst, &at, bar, id);
-                    c.progress += 1;
-                    copied.map_err(|m| self.error(inst, Some(t), m))?;
+            Op::TmaLoad { copies, bar, warps } => {
+                for TmaCopy { dst, map, coords } in copies {
+                    let (params, lanes) =
+                        self.tma_lanes(inst, *map, *warps, &[*dst, *bar], coords)?;
+                    for (t, at) in lanes {
+                        let (dst, bar) = (self.get(*dst, t), self.get(*bar, t));
+                        let (global, id) = (self.global, self.id(t));
+                        let c = self.c();
+                        let copied =
+                            c.mbarriers
+                                .copy(&mut c.shared, global, params, dst, &at, bar, id);
+                        c.progress += 1;
+                        copied.map_err(|m| self.error(inst, Some(t), m))?;
+                    }
                 }
                 Ok(())
             }
@@ -868,7 +865,9 @@ impl<'a, 'g> BlockState<'a, 'g> {
                     let message = format!("descriptor differs across the warpgroup: {bits:#x}");
                     return Err(this.error(inst, Some(t), message));
                 }
-                let bits = bits.wrapping_add(u64::from(desc.offset));
+                // The offset goes into the low word, as the statement adds it.
+                let low = (bits as u32).wrapping_add(desc.offset);
+                let bits = (bits & !0xffff_ffff) | u64::from(low);
                 Descriptor::decode(bits).map_err(|m| this.error(inst, Some(first), m))
             };
             let read = |this: &mut Self, desc: &Descriptor, major: Major, mn, k| {

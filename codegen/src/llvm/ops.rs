@@ -199,22 +199,22 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm(&asm, &constraints, &[], &inputs)?;
                 return Ok(());
             }
-            Op::TmaLoad {
-                dst,
-                map,
-                coords,
-                bar,
-                warps,
-            } => {
-                let (mut inputs, tensor) = self.tma_operands(*dst, *map, coords)?;
-                inputs.push(self.shared_word(*bar)?);
-                let copy = format!(
-                    "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes \
-                     [$0], {tensor}, [${}];",
-                    coords.len(),
-                    coords.len() + 2
-                );
-                return self.in_one_lane_per_warp(&[copy], inputs, *warps);
+            Op::TmaLoad { copies, bar, warps } => {
+                let mut inputs = vec![self.shared_word(*bar)?];
+                let mut statements = Vec::new();
+                for copy in copies {
+                    let first = inputs.len();
+                    let (operands, tensor) =
+                        self.tma_operands(first, copy.dst, copy.map, &copy.coords)?;
+                    inputs.extend(operands);
+                    statements.push(format!(
+                        "cp.async.bulk.tensor.{}d.shared::cluster.global.tile.mbarrier::\
+                         complete_tx::bytes [${first}], {}, [$0];",
+                        copy.coords.len(),
+                        tensor,
+                    ));
+                }
+                return self.in_one_lane_per_warp(&statements, inputs, *warps);
             }
             Op::TmaStore {
                 src,
@@ -223,7 +223,7 @@ impl<'ctx> Translation<'_, 'ctx> {
                 warps,
                 add,
             } => {
-                let (inputs, tensor) = self.tma_operands(*src, *map, coords)?;
+                let (inputs, tensor) = self.tma_operands(0, *src, *map, coords)?;
                 let copy = if *add {
                     format!(
                         "cp.reduce.async.bulk.tensor.{}d.global.shared::cta.add.tile.bulk_group \
@@ -654,10 +654,12 @@ impl<'ctx> Translation<'_, 'ctx> {
         Ok(())
     }
 
-    /// A TMA copy's operands: the shared tile `shared` ($0), the program's tensor map `map` (a
-    /// kernel parameter, $1) and `coords`; and the tensor operand, `[$1, {$2, ...}]`.
+    /// A TMA copy's operands, numbered from `first`: the shared tile `shared` (`$first`), the
+    /// program's tensor map `map` (a kernel parameter, the next) and `coords`; and the tensor
+    /// operand, `[$map, {$coord, ...}]`.
     fn tma_operands(
         &self,
+        first: usize,
         shared: crate::thread::Reg,
         map: usize,
         coords: &[crate::thread::Reg],
@@ -674,8 +676,13 @@ impl<'ctx> Translation<'_, 'ctx> {
         for &c in coords {
             inputs.push(self.value(c)?);
         }
-        let places: Vec<String> = (2..2 + coords.len()).map(|i| format!("${i}")).collect();
-        Ok((inputs, format!("[$1, {{{}}}]", places.join(", "))))
+        let places: Vec<String> = (first + 2..first + 2 + coords.len())
+            .map(|i| format!("${i}"))
+            .collect();
+        Ok((
+            inputs,
+            format!("[${}, {{{}}}]", first + 1, places.join(", ")),
+        ))
     }
 
     /// A shared pointer as the 32-bit address PTX's shared-memory operands take.
@@ -769,7 +776,7 @@ impl<'ctx> Translation<'_, 'ctx> {
     /// `wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16,bf16}.{f16,bf16}` once per step, in one
     /// statement, the accumulators in and out once, `scale-d` true (accumulate) but for the
     /// first step without `accumulate`, A and B unscaled. The descriptors' bases are its
-    /// operands, one per tile; it adds their offsets (`WgmmaDesc`) itself.
+    /// operands, one per tile; it adds their offsets (`WgmmaDesc`) to the bases' low words.
     fn wgmma(
         &self,
         steps: &[crate::thread::WgmmaStep],
@@ -785,25 +792,33 @@ impl<'ctx> Translation<'_, 'ctx> {
             inputs: Vec::new(),
             constraints: vec!["=f".to_string(); count],
         };
-        // Each base an operand once; each step's descriptor with an offset `desc{j}`, its base
-        // plus offset.
+        // Each base an operand once, split into its words `lo{i}` and `hi{i}`; each step's
+        // descriptor with an offset `desc{j}`, its low word plus the offset (which stays in the
+        // start address field: the high word never changes) beside the base's high word.
         let mut bases: Vec<(crate::thread::Reg, String)> = Vec::new();
+        let mut unpack = Vec::new();
         let mut add = Vec::new();
         let mut descriptor =
             |operands: &mut AsmOperands<'ctx>, desc: &crate::thread::WgmmaDesc| -> Result<String> {
-                let base = match bases.iter().find(|(b, _)| *b == desc.base) {
-                    Some((_, name)) => name.clone(),
+                let i = match bases.iter().position(|(b, _)| *b == desc.base) {
+                    Some(i) => i,
                     None => {
                         let name = operands.push(self.value(desc.base)?, "l");
-                        bases.push((desc.base, name.clone()));
-                        name
+                        bases.push((desc.base, name));
+                        bases.len() - 1
                     }
                 };
                 if desc.offset == 0 {
-                    return Ok(base);
+                    return Ok(bases[i].1.clone());
+                }
+                if !unpack.iter().any(|(u, _)| *u == i) {
+                    unpack.push((i, format!("mov.b64 {{lo{i}, hi{i}}}, {};", bases[i].1)));
                 }
                 let j = add.len();
-                add.push(format!("add.s64 desc{j}, {base}, {};", desc.offset));
+                add.push(format!(
+                    "add.u32 sum{j}, lo{i}, {};\nmov.b64 desc{j}, {{sum{j}, hi{i}}};",
+                    desc.offset
+                ));
                 Ok(format!("desc{j}"))
             };
         let mut issued = Vec::new();
@@ -853,12 +868,18 @@ impl<'ctx> Translation<'_, 'ctx> {
             lines.push(".reg .pred z;".to_string());
         }
         if !add.is_empty() {
+            let words = bases.len();
+            lines.push(format!(
+                ".reg .b32 lo<{words}>, hi<{words}>, sum<{}>;",
+                add.len()
+            ));
             lines.push(format!(".reg .b64 desc<{}>;", add.len()));
         }
         lines.push(format!("setp.ne.b32 p, {scale_d}, 0;"));
         if !accumulate {
             lines.push(format!("setp.eq.b32 z, {scale_d}, 0;"));
         }
+        lines.extend(unpack.into_iter().map(|(_, line)| line));
         lines.extend(add);
         lines.extend(issued);
         let asm = format!("{{\n{}\n}}", lines.join("\n"));

@@ -432,16 +432,15 @@ pub enum Op {
         bar: Reg,
         pred: Reg,
     },
-    /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes` from
-    /// one lane (`elect.sync`) of each warp where `warps` holds (in the PTX, where any of its
-    /// lanes' does; the emulator requires it, and the operands, the same in all of them):
-    /// copies the box of the program's tensor map `map` at `coords` (i32, the array's innermost
-    /// dimension first) to shared `dst` (128-aligned), swizzled as the map says, zeros where
-    /// the box leaves the array; its bytes complete transactions on `bar`.
+    /// `cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes`,
+    /// once per copy, from one lane (`elect.sync`) of each warp where `warps` holds (in the PTX,
+    /// where any of its lanes' does; the emulator requires it, and the operands, the same in
+    /// all of them): each copies the box of the program's tensor map `map` at `coords` (i32,
+    /// the array's innermost dimension first) to shared `dst` (128-aligned), swizzled as the
+    /// map says, zeros where the box leaves the array; their bytes complete transactions on
+    /// `bar`. One op for all of an iteration's copies: the lane is elected once.
     TmaLoad {
-        dst: Reg,
-        map: usize,
-        coords: Vec<Reg>,
+        copies: Vec<TmaCopy>,
         bar: Reg,
         warps: Reg,
     },
@@ -464,6 +463,14 @@ pub enum Op {
     BulkWaitRead,
 }
 
+/// One copy of an [`Op::TmaLoad`]: the box of tensor map `map` at `coords` to shared `dst`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaCopy {
+    pub dst: Reg,
+    pub map: usize,
+    pub coords: Vec<Reg>,
+}
+
 /// One k step of an [`Op::Wgmma`] chain: its A and B's descriptor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WgmmaStep {
@@ -472,7 +479,8 @@ pub struct WgmmaStep {
 }
 
 /// A `wgmma` operand's i64 matrix descriptor: its tile's `base` plus `offset` 16-byte units
-/// (the start address field's), added in the `wgmma` statement itself
+/// (the start address field's, in the low word, which never carries into the high one), added
+/// in the `wgmma` statement itself
 /// ([`crate::CompileOptions::descriptors_at_issue`]; otherwise the offset is 0 and the base
 /// the instruction's own descriptor).
 #[derive(Clone, Copy, Debug, PartialEq)]

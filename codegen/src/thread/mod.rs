@@ -34,6 +34,7 @@ mod text;
 
 pub use ir::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, MAX_STATIC_SHARED_BYTES, Math,
-    Op, Param, Program, Reg, ShuffleMode, Space, Special, Type, WgmmaA, WgmmaDesc, WgmmaStep,
+    Op, Param, Program, Reg, ShuffleMode, Space, Special, TmaCopy, Type, WgmmaA, WgmmaDesc,
+    WgmmaStep,
 };
 pub use lower::lower;

@@ -301,16 +301,13 @@ fn op_text(op: &Op) -> String {
         Op::MbarrierInval { bar, pred } => {
             format!("mbarrier.inval {} if {}", reg(*bar), reg(*pred))
         }
-        Op::TmaLoad {
-            dst,
-            map,
-            coords,
-            bar,
-            warps,
-        } => format!(
-            "cp.async.bulk.tensor {}, map{map} {{{}}}, {} by one lane of warps where {}",
-            reg(*dst),
-            regs(coords),
+        Op::TmaLoad { copies, bar, warps } => format!(
+            "cp.async.bulk.tensor {}, {} by one lane of warps where {}",
+            copies
+                .iter()
+                .map(|c| format!("{}, map{} {{{}}}", reg(c.dst), c.map, regs(&c.coords)))
+                .collect::<Vec<_>>()
+                .join("; "),
             reg(*bar),
             reg(*warps)
         ),

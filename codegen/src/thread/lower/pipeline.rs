@@ -75,7 +75,7 @@ use crate::layout::{
     Delta, Layout, LayoutAssignment, OnceLoad, PipelinedLoad, PipelinedLoop, THREADS_PER_WARP,
     TmaLoad, nested_regions,
 };
-use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, Type};
+use crate::thread::ir::{Cast, Inst, IntCmp, IntOp, Op, Reg, Space, TmaCopy, Type};
 
 /// Bytes of one `mbarrier`.
 pub(super) const MBARRIER_BYTES: u32 = 8;
@@ -627,6 +627,7 @@ impl Lowering<'_> {
             .map(|l| tile_bytes(self.kernel, l.value))
             .sum();
         self.emit_effect(Op::MbarrierArriveExpectTx { bar, bytes, pred });
+        let mut copies = Vec::new();
         for (i, load) in pipeline.loop_info.loads.iter().enumerate() {
             let Some(TmaLoad { map, leading }) = &load.tma else {
                 return Err(unsupported(inst, "expected a load that copies with TMA"));
@@ -635,17 +636,35 @@ impl Lowering<'_> {
             let block = self.advanced_block(load, &blocks[carried], ahead)?;
             let (buffers, buffer_bytes) = pipeline.buffers[i];
             let tile = self.buffer_of(buffers, buffer_bytes, stage);
-            self.copy_tile_by_tma(inst, tile, &block, *map, leading, load.value, bar, warps)?;
+            copies.extend(self.tma_copies(inst, tile, &block, *map, leading, load.value)?);
         }
+        self.emit_tma_loads(copies, bar, warps);
         Ok(())
+    }
+
+    /// `copies`, completing on `bar`, each from one lane of the warps where `warps` holds.
+    /// Where the warps that compute also copy, in one op: its lane is elected once, not once a
+    /// copy (dK/dV 1.00-1.04x). A producer warpgroup's stay one op each: grouped, ptxas
+    /// scheduled the D128 forward's consumer loop 16 instructions longer, 0.96-0.98x (run 230,
+    /// docs/PERF.md, nineteenth session).
+    pub(super) fn emit_tma_loads(&mut self, copies: Vec<TmaCopy>, bar: Reg, warps: Reg) {
+        if self.role == Role::Whole {
+            self.emit_effect(Op::TmaLoad { copies, bar, warps });
+            return;
+        }
+        for copy in copies {
+            self.emit_effect(Op::TmaLoad {
+                copies: vec![copy],
+                bar,
+                warps,
+            });
+        }
     }
 
     /// The TMA copies of `value`'s tile at `block` through tensor map `map` (its leading
     /// dimensions indexed by `leading`) into the shared tile at `tile`, slab by slab (an
-    /// unswizzled map's box is the whole tile: one copy), completing on `bar`, each from one
-    /// lane of the warps where `warps` holds.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn copy_tile_by_tma(
+    /// unswizzled map's box is the whole tile: one copy).
+    pub(super) fn tma_copies(
         &mut self,
         inst: &TileInst,
         tile: Reg,
@@ -653,9 +672,7 @@ impl Lowering<'_> {
         map: usize,
         leading: &[Value],
         value: Value,
-        bar: Reg,
-        warps: Reg,
-    ) -> Result<()> {
+    ) -> Result<Vec<TmaCopy>> {
         if self.layouts.tensor_maps[map].swizzle_bytes == 0 {
             let mut coords: Vec<Reg> = block
                 .offsets
@@ -664,14 +681,11 @@ impl Lowering<'_> {
                 .map(|&o| self.tma_coord(o))
                 .collect();
             coords.extend(self.leading_coords(leading)?);
-            self.emit_effect(Op::TmaLoad {
+            return Ok(vec![TmaCopy {
                 dst: tile,
                 map,
                 coords,
-                bar,
-                warps,
-            });
-            return Ok(());
+            }]);
         }
         let [rows, cols] = <[usize; 2]>::try_from(self.shape(value))
             .map_err(|_| unsupported(inst, "expected a 2-D tile to copy with TMA"))?;
@@ -682,6 +696,7 @@ impl Lowering<'_> {
             .map(|s| self.tma_slab(origin, &lead, s * slab))
             .collect();
         let slab_bytes = (rows * slab * self.dtype(value).size_bytes()) as i64;
+        let mut copies = Vec::new();
         for (s, coords) in slabs.into_iter().enumerate() {
             let dst = if s == 0 {
                 tile
@@ -696,15 +711,9 @@ impl Lowering<'_> {
                     Type::Ptr(Space::Shared),
                 )
             };
-            self.emit_effect(Op::TmaLoad {
-                dst,
-                map,
-                coords,
-                bar,
-                warps,
-            });
+            copies.push(TmaCopy { dst, map, coords });
         }
-        Ok(())
+        Ok(copies)
     }
 
     /// The registers of `block` moved `ahead` iterations along `load`'s deltas.
@@ -1062,7 +1071,9 @@ impl Lowering<'_> {
         });
         let block = BlockRegs::from_regs(&self.regs(ptr)?);
         let TmaLoad { map, leading } = &load.tma;
-        self.copy_tile_by_tma(inst, tile, &block, *map, leading, value, bar, issuing_warp)
+        let copies = self.tma_copies(inst, tile, &block, *map, leading, value)?;
+        self.emit_tma_loads(copies, bar, issuing_warp);
+        Ok(())
     }
 
     /// Before an instruction that reads a tile a top-level TMA copy fills (directly, through a

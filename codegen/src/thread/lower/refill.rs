@@ -310,16 +310,8 @@ impl Lowering<'_> {
         let tile = self.buffer_of(first, bytes, slot);
         let block = super::memory::BlockRegs::from_regs(&self.regs(ptr)?);
         let crate::layout::TmaLoad { map, leading } = &load.tma;
-        self.copy_tile_by_tma(
-            inst,
-            tile,
-            &block,
-            *map,
-            leading,
-            load.value,
-            full_bar,
-            issuing_warp,
-        )?;
+        let copies = self.tma_copies(inst, tile, &block, *map, leading, load.value)?;
+        self.emit_tma_loads(copies, full_bar, issuing_warp);
         self.leave_slot(&ring, index);
         Ok(())
     }
