@@ -142,6 +142,10 @@ pub struct Case {
     pub uniform_warpgroup: bool,
     /// kiln-codegen's `descriptors_at_issue`: each `wgmma` statement adds its descriptors'
     /// offsets.
+    #[allow(
+        dead_code,
+        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
+    )]
     pub descriptors_at_issue: bool,
     pub tolerance: Tolerance,
 }
