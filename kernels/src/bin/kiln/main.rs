@@ -37,8 +37,10 @@ const USAGE: &str = "usage:
   kiln tune       searches block sizes, warps and stages of the attention kernels on this GPU,
                   each candidate compiled from the DSL (needs --features codegen), checked
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
-                  [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...] [--samples N]
-                  [--configs 128x64:4:2[:wgmma[:producer[:persistent]][:uniform]],...] (these instead of the search)
+                  [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...]
+                  [--backward split|fused] [--samples N]
+                  [--configs 128x64:4:2[:wgmma[:producer[:persistent]][:uniform][:at-issue]],...]
+                  (these instead of the search)
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
                         [--wgmma yes|no] [--divisibility ARG=N,...]
                   one specialisation of a kernel at one stage:
