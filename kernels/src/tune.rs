@@ -22,7 +22,7 @@ use crate::reference::Rng;
 /// sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys for the split
 /// dK/dV, which is key-major there), at 8 warps also with a producer warpgroup issuing the copies
 /// (the forward's also persistent), each two-warpgroup one with a uniform warpgroup index and the
-/// fused dK/dV's with descriptors at issue, and for the forward 256 query rows of 16 warps (four
+/// backward's with descriptors at issue, and for the forward 256 query rows of 16 warps (four
 /// warpgroups taking turns, with a producer or not; the backward's accumulators need more registers
 /// than 16 warps leave a thread). The compiler refuses what does not fit (shared memory, warps the
 /// tile cannot feed); those trials say so.
@@ -67,9 +67,9 @@ pub fn candidates(
                                 .collect();
                             variants.extend(uniform);
                         }
-                        // The fused dK/dV, short of registers, each with its descriptors
+                        // The backward's, short of registers, each with its descriptors
                         // computed at issue too.
-                        if fused_backward && kernel == AttentionKernel::DkDv {
+                        if kernel != AttentionKernel::Forward {
                             let at_issue: Vec<KernelConfig> = variants
                                 .iter()
                                 .map(|c| c.with_descriptors_at_issue())
