@@ -30,6 +30,7 @@ use kiln_dsl::types::{DType, Elem, Type as TileType};
 use kiln_dsl::{Loc, Target};
 
 use super::ir::{Block, Constant, Inst, IntCmp, IntOp, Op, Param, Program, Reg, Special, Type};
+use crate::layout::divisibility::definitions;
 use crate::layout::{
     ConversionKind, Id, IdField, Layout, LayoutAssignment, THREADS_PER_WARP, ThreadMap,
     nested_regions, walk_insts,
@@ -77,6 +78,7 @@ fn lower_in(
     }
     let mut lowering = Lowering {
         kernel,
+        definitions: definitions(kernel),
         layouts,
         types: Vec::new(),
         prelude: Vec::new(),
@@ -176,6 +178,8 @@ pub(super) struct Position {
 
 pub(super) struct Lowering<'a> {
     kernel: &'a Kernel,
+    /// Each value's defining instruction (none for arguments and region parameters).
+    definitions: Vec<Option<&'a TileInst>>,
     layouts: &'a LayoutAssignment,
     types: Vec<Type>,
     /// Thread-id arithmetic, hoisted to the program's entry so that it dominates every use.

@@ -23,7 +23,6 @@ use kiln_dsl::ir::{Constant as TileConstant, Inst as TileInst, Op as TileOp, Val
 use super::dot::{Fragments, SharedTile};
 use super::turns::WARPGROUP_THREADS;
 use super::{Lowering, Result, unsupported};
-use crate::layout::divisibility::definitions;
 use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, Operand};
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
@@ -182,8 +181,7 @@ impl Lowering<'_> {
     /// Whether `value` is a tile of zeros (a splat of the constant 0), which a `wgmma` need
     /// not read.
     fn is_zeros(&self, value: Value) -> bool {
-        let definitions = definitions(self.kernel);
-        let op = |v: Value| definitions[v.index()].map(|inst| &inst.op);
+        let op = |v: Value| self.definitions[v.index()].map(|inst| &inst.op);
         match op(value) {
             Some(TileOp::Splat { value: scalar }) => {
                 matches!(op(*scalar), Some(TileOp::Constant(TileConstant::Float(z))) if *z == 0.0)
