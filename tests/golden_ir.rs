@@ -82,7 +82,8 @@ fn backward_preprocess_f16_d64() {
 fn backward_dkdv_fused_causal_f16_d64() {
     let spec = spec(Some((64, 64)), true)
         .flag("ACCUMULATE_DQ", true)
-        .flag("KEY_MAJOR", false);
+        .flag("KEY_MAJOR", false)
+        .flag("EARLY_DP", true);
     golden(
         "attention_bwd_dkdv_fused",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),
@@ -110,7 +111,8 @@ fn backward_dq_f16_d64() {
 fn backward_dkdv_causal_f16_d64() {
     let spec = spec(Some((64, 64)), true)
         .flag("ACCUMULATE_DQ", false)
-        .flag("KEY_MAJOR", true);
+        .flag("KEY_MAJOR", true)
+        .flag("EARLY_DP", true);
     golden(
         "attention_bwd_dkdv",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),

@@ -332,6 +332,9 @@ pub fn attention_bwd_dq<
 /// preprocessing kernel) with f32 atomic adds: on `wgmma` one TMA reduction a slab of the tile,
 /// from shared memory, as FlashAttention-3 adds its dQ. Without it, `dq_accum` is never touched.
 ///
+/// With `EARLY_DP` dP's product is issued beside the scores' and runs while P is computed
+/// ([`super::dkdv_early_dp`]).
+///
 /// Query rows past `seqlen_q` load as zeros with `dO = 0` and `delta = 0`, so they add nothing
 /// (seed 001's implicit masking); keys past `seqlen_k` and the causal mask are masked with `-inf`.
 #[kernel]
@@ -343,6 +346,7 @@ pub fn attention_bwd_dkdv<
     const CAUSAL: bool,
     const ACCUMULATE_DQ: bool,
     const KEY_MAJOR: bool,
+    const EARLY_DP: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -475,11 +479,6 @@ pub fn attention_bwd_dkdv<
             } else {
                 partial_keys
             };
-            // Where the score tiles are at most 64 x 64, dP is issued beside the scores and runs
-            // while P is computed (D128 on sm_90a +4-6%); at 128 x 64 (D64's 4 warps) the two
-            // tiles' registers spill (-4% to -10%; docs/PERF.md, 2026-11-26; measured on the
-            // query-major form, not again on the key-major one).
-            let early_dp = BLOCK_M * BLOCK_N <= 64 * 64;
             if !KEY_MAJOR {
                 // Query-major: dQ's `dS K` takes dS from the accumulators as its A operand
                 // (key-major, dS^T went through shared memory: fused 0.79-0.98x, run 103), and
@@ -490,7 +489,7 @@ pub fn attention_bwd_dkdv<
                 let lse_row = load(lse_base2 + stats_row + offs_m, row_ok, 0.0);
                 let delta_row = load(delta + stats_row + offs_m, row_ok, 0.0);
                 let qk = dot(q_tile, trans(k_tile));
-                let mut dp = if early_dp {
+                let mut dp = if EARLY_DP {
                     dot(do_tile, trans(v_tile))
                 } else {
                     0.0
@@ -504,7 +503,7 @@ pub fn attention_bwd_dkdv<
                 };
                 let p = exp2(s);
                 dv_acc = dot(trans(p.to::<T>()), do_tile, dv_acc);
-                if !early_dp {
+                if !EARLY_DP {
                     dp = dot(do_tile, trans(v_tile));
                 }
                 let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
@@ -536,7 +535,7 @@ pub fn attention_bwd_dkdv<
                 let mut lse_row = if late { 0.0 } else { load(lse_block, [0]) };
                 let mut delta_row = if late { 0.0 } else { load(delta_block, [0]) };
                 let qk_t = dot(k_tile, trans(q_tile));
-                let mut dp_t = if early_dp {
+                let mut dp_t = if EARLY_DP {
                     dot(v_tile, trans(do_tile))
                 } else {
                     0.0
@@ -556,7 +555,7 @@ pub fn attention_bwd_dkdv<
                 };
                 let p_t = exp2(s_t);
                 dv_acc = dot(p_t.to::<T>(), do_tile, dv_acc);
-                if !early_dp {
+                if !EARLY_DP {
                     dp_t = dot(v_tile, trans(do_tile));
                 }
                 if late {

@@ -230,7 +230,8 @@ impl AttentionParams {
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`, with
     /// the forward's flags ([`forward_flags`]); for the fused backward dK/dV adds dQ into an
-    /// accumulator, and computes key-major where [`dkdv_key_major`] says.
+    /// accumulator, and computes key-major where [`dkdv_key_major`] says, dP early where
+    /// [`dkdv_early_dp`] does.
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -249,7 +250,8 @@ impl AttentionParams {
                 .fold(spec, |spec, (name, on)| spec.flag(name, on)),
             AttentionKernel::DkDv => spec
                 .flag("ACCUMULATE_DQ", self.fused_backward)
-                .flag("KEY_MAJOR", dkdv_key_major(self.fused_backward, config)),
+                .flag("KEY_MAJOR", dkdv_key_major(self.fused_backward, config))
+                .flag("EARLY_DP", dkdv_early_dp(config)),
             _ => spec,
         }
     }
@@ -312,6 +314,20 @@ pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, b
 /// dK/dV 14-26% (run 110; docs/PERF.md, 2026-11-26, tenth session).
 pub fn dkdv_key_major(fused_backward: bool, config: KernelConfig) -> bool {
     config.wgmma && (!fused_backward || config.block_m < 16 * config.num_warps as usize)
+}
+
+/// Whether dK/dV issues dP's product beside the scores', so that it runs while P is computed:
+/// where each warpgroup's score tile (on `mma.sync`, the program's) is at most 64 x 64 (D128 on
+/// sm_90a +4-6%; the fused D128's two warpgroups of 64 x 64 1.00-1.02x, run 235, twentieth
+/// session). Larger, the two tiles' registers spill: at 128 x 64 (D64's 4 warps) -4% to -10%
+/// (docs/PERF.md, 2026-11-26).
+pub fn dkdv_early_dp(config: KernelConfig) -> bool {
+    let warpgroups = if config.wgmma {
+        (config.num_warps as usize / 4).max(1)
+    } else {
+        1
+    };
+    config.block_m * config.block_n.unwrap_or(0) <= 64 * 64 * warpgroups
 }
 
 /// Strides, in elements, of a `[batch, seqlen, heads, head_dim]` tensor whose head_dim is contiguous.

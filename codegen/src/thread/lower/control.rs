@@ -128,7 +128,13 @@ impl Lowering<'_> {
                 };
                 // A body that issues `wgmma`s issues its first ones before the copies.
                 pipeline.defer_copies = body.insts.iter().any(|i| self.issues_wgmma(i));
-                takes_turns = info.uses_tma() && pipeline.defer_copies && self.begin_turns();
+                // A body that stages a tile meets at a barrier of the block every iteration:
+                // turns there only add a wait (the fused D128 dK/dV without them 1.01-1.02x,
+                // runs 237-240, twentieth session).
+                takes_turns = info.uses_tma()
+                    && pipeline.defer_copies
+                    && !self.stages_in(body)
+                    && self.begin_turns();
                 Some(pipeline)
             }
             None => None,
