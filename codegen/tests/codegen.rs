@@ -574,6 +574,34 @@ fn attention_options(
     )
 }
 
+/// Warpgroups take turns only in a loop body that stages no tile: the fused D128 dK/dV stages
+/// dS^T for dQ^T's product every iteration, where its two warpgroups meet at a `bar.sync 0`
+/// anyway (with turns 0.98-1.00x, docs/PERF.md, twentieth session); the D128 dQ of two
+/// warpgroups stages nothing and takes them.
+#[test]
+fn warpgroups_take_no_turns_in_a_loop_that_stages_a_tile() {
+    // A named barrier of 256 threads: a turn's (each warpgroup's own and its predecessor's).
+    let takes_turns = |p: &AttentionParams, kernel: AttentionKernel| {
+        let config = p.config(Target::Sm90a).unwrap().kernel(kernel);
+        assert_eq!(config.num_warps, 8, "{config}: two warpgroups");
+        let case = call_case(p, kernel, Target::Sm90a, config);
+        let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+        program
+            .to_string()
+            .lines()
+            .any(|l| l.trim_start().starts_with("bar.arrive") && l.ends_with(", 256"))
+    };
+    let fused = AttentionParams {
+        fused_backward: true,
+        ..table_params(BF16, 128, false)
+    };
+    assert!(!takes_turns(&fused, AttentionKernel::DkDv));
+    assert!(takes_turns(
+        &table_params(BF16, 128, false),
+        AttentionKernel::Dq
+    ));
+}
+
 /// Four warpgroups taking turns at the tensor cores, which no table entry uses since the D64
 /// forward went to 64-row blocks (2026-11-26) and `kiln tune` still tries: the D64 forward at
 /// 256 x 64 of 16 warps, 3 stages, on `wgmma`, against the interpreter.

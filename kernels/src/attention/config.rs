@@ -643,4 +643,23 @@ mod tests {
             None
         );
     }
+
+    /// dP early where each warpgroup's score tile is at most 64 x 64: the fused D128 dK/dV's two
+    /// warpgroups of 64 x 64, not the fused D64's 64 x 128 nor the split causal D64's one
+    /// warpgroup of 128 x 64; on `mma.sync` the program's tile.
+    #[test]
+    fn dp_goes_early_where_each_warpgroups_scores_are_64_by_64() {
+        use crate::attention::dkdv_early_dp;
+        let dkdv = |d, causal, fused, target| {
+            config(d, causal, fused, target, KeyLength::Medium)
+                .unwrap()
+                .dkdv
+        };
+        assert!(dkdv_early_dp(dkdv(128, false, true, Target::Sm90a)));
+        assert!(!dkdv_early_dp(dkdv(64, false, true, Target::Sm90a)));
+        assert!(!dkdv_early_dp(dkdv(64, true, false, Target::Sm90a)));
+        assert!(dkdv_early_dp(dkdv(128, false, false, Target::Sm90a)));
+        assert!(dkdv_early_dp(KernelConfig::new(64, 64, 8, 2)));
+        assert!(!dkdv_early_dp(KernelConfig::new(64, 128, 8, 2)));
+    }
 }
