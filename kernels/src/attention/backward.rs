@@ -287,7 +287,8 @@ pub fn attention_bwd_dq<
         let qk = dot(q_tile, trans(k_tile));
         // Up to 128 x 64 score tiles dP is issued beside the scores and runs while P is
         // computed: dQ 1.01-1.06x at D64 on sm_90a, 1.01-1.03x on sm_80; at D128's 128 x 128
-        // 0.88-0.96x (run 107, docs/PERF.md, tenth session).
+        // 0.88-0.96x (run 107, docs/PERF.md, tenth session; two warpgroups of 64 x 128 each,
+        // 0.88-0.95x again in run 243, twentieth session).
         let early_dp = BLOCK_M * BLOCK_N <= 128 * 64;
         let mut dp = if early_dp {
             dot(do_tile, trans(v_tile))
