@@ -602,6 +602,58 @@ fn warpgroups_take_no_turns_in_a_loop_that_stages_a_tile() {
     ));
 }
 
+/// A tile staged at the top level of a TMA loop whose buffers are freed on barriers takes one
+/// buffer a stage of the loop's ring, so that writing this iteration's waits for no reads of
+/// the last one's: the fused D128 dK/dV's query loop meets at one barrier of the block an
+/// iteration (after staging dS^T, before dQ^T's product reads it), not two (1.02-1.05x,
+/// docs/PERF.md, twentieth session); the emulator agrees with the interpreter on it.
+#[test]
+fn tiles_staged_in_a_tma_loop_take_a_buffer_of_its_ring() {
+    use kiln_codegen::thread::Op;
+    let p = AttentionParams {
+        fused_backward: true,
+        ..table_params(BF16, 128, false)
+    };
+    let config = p.config(Target::Sm90a).unwrap().dkdv;
+    let case = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, config);
+    let mut program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
+    // The query loop's body, the innermost block with TMA copies (the loop over the group's
+    // heads issues the prologue's): its barriers of the whole block.
+    let mut barriers = Vec::new();
+    let mut count = |block: &mut kiln_codegen::thread::Block| {
+        if block
+            .insts
+            .iter()
+            .any(|i| matches!(i.op, Op::TmaLoad { .. }))
+        {
+            barriers.push(
+                block
+                    .insts
+                    .iter()
+                    .filter(|i| matches!(i.op, Op::Barrier))
+                    .count(),
+            );
+        }
+    };
+    fn each_block(
+        block: &mut kiln_codegen::thread::Block,
+        f: &mut dyn FnMut(&mut kiln_codegen::thread::Block),
+    ) {
+        f(block);
+        for_each_block(block, &mut |inner| each_block(inner, f));
+    }
+    each_block(&mut program.body, &mut count);
+    assert_eq!(
+        barriers.last(),
+        Some(&1),
+        "the query loop's barriers of the block"
+    );
+    for run in cases::runs(&case) {
+        let outcome = emulate_run(&case, &run);
+        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+    }
+}
+
 /// Four warpgroups taking turns at the tensor cores, which no table entry uses since the D64
 /// forward went to 64-row blocks (2026-11-26) and `kiln tune` still tries: the D64 forward at
 /// 256 x 64 of 16 warps, 3 stages, on `wgmma`, against the interpreter.

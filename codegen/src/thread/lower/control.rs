@@ -178,6 +178,8 @@ impl Lowering<'_> {
             writes: self.pending.writes || self.stages_in(body),
         };
         self.pending = pending;
+        // The body's staged tiles may take its ring's buffers ([`Self::pipeline_top`]).
+        let outer_ring = self.staging_ring;
         let body = self.nested_block(
             body,
             |this| match &pipeline {
@@ -201,6 +203,7 @@ impl Lowering<'_> {
             },
         );
         self.loop_counter = outer_counter;
+        self.staging_ring = outer_ring;
         let (body_block, _) = body?;
         self.pending = pending;
         let results = self.fresh(&init);

@@ -7,7 +7,9 @@
 //! first use), then runs the step's `reps_m x reps_n` instructions, so that only one step's
 //! operand fragments are live at a time.
 
-use kiln_dsl::ir::{Inst as TileInst, Kernel, Region, Value};
+use std::collections::HashMap;
+
+use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
 
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{
@@ -16,7 +18,7 @@ use crate::layout::mma::{
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{
     ConversionKind, Layout, LayoutAssignment, PipelinedLoop, THREADS_PER_WARP, ThreadMap,
-    linear_terms, nested_regions,
+    linear_terms, nested_regions, walk_insts,
 };
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -48,6 +50,15 @@ impl SharedTile {
             ..*self
         }
     }
+}
+
+/// The ring a TMA loop's top-level staged tiles take a buffer of ([`ring_staged`]): this
+/// iteration's slot of its `stages`, and the depth of the body's block.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct StagingRing {
+    pub slot: Reg,
+    pub stages: u32,
+    pub depth: usize,
 }
 
 /// How [`Lowering::write_tile`] computes its addresses.
@@ -95,7 +106,9 @@ pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, va
 /// Where staged tiles go in shared memory: the tiles of refilled TMA loads (a persistent
 /// kernel's per-tile loads, [`super::refill`]; those sharing the ring's slot have none) from 0,
 /// `refill_buffers` of each, up to `refilled`; every other staged tile from there, each at its
-/// own place, then from `reduction` the tile the TMA stores of their own share (`atomic_add`s
+/// own place (with `ring_staging`, one a buffer of its loop's ring where it is staged at the
+/// top level of a TMA loop that frees its buffers on barriers: [`ring_staged`]), then from
+/// `reduction` the tile the TMA stores of their own share (`atomic_add`s
 /// by TMA, stores in loops); above them, from `staged`, pipelined loads' buffers, a loop's above
 /// those of the loops around it, so that sibling loops reuse the same bytes (and TMA stores
 /// after the loops the same bytes again, one after the other: the layout stage lets them only
@@ -109,6 +122,10 @@ pub(super) struct SharedPlan {
     /// producer copies the next tile's while the consumers still read this one's (a
     /// persistent kernel runs one program an SM: shared memory it leaves unused buys nothing).
     pub refill_buffers: u32,
+    /// Whether tiles staged at the top level of a TMA loop that frees its buffers on barriers
+    /// take one buffer a stage of its ring (where they fit), so that writing this iteration's
+    /// waits for no reads of the last one's.
+    pub ring_staging: bool,
     pub refilled: u32,
     pub reduction: u32,
     pub staged: u32,
@@ -121,41 +138,67 @@ pub(super) struct SharedPlan {
 const SCRATCH_ALIGN: u32 = 128;
 
 impl SharedPlan {
-    /// The plan with two buffers of each refilled load where that fits in `max_shared_bytes`,
-    /// else with one.
+    /// The plan with the most buffers that fits in `max_shared_bytes`: two of each refilled
+    /// load where there are some, then ring-staged tiles, else one and none.
     pub fn of(kernel: &Kernel, layouts: &LayoutAssignment, max_shared_bytes: u32) -> SharedPlan {
-        let single = Self::with_refill_buffers(kernel, layouts, 1);
-        if single.refilled == 0 {
-            return single;
+        let refilled = refilled_bytes(kernel, layouts, 1, usize::MAX) > 0;
+        let mut plan =
+            Self::with_refill_buffers(kernel, layouts, if refilled { 2 } else { 1 }, true);
+        while plan.end > max_shared_bytes {
+            match plan.smaller(kernel, layouts) {
+                Some(smaller) => plan = smaller,
+                None => break,
+            }
         }
-        let double = Self::with_refill_buffers(kernel, layouts, 2);
-        if double.end <= max_shared_bytes {
-            double
-        } else {
-            single
-        }
+        plan
     }
 
-    /// The plan with `refill_buffers` tiles of each refilled load.
+    /// The next plan with fewer buffers: without ring-staged tiles, then with one tile of each
+    /// refilled load; `None` where there is none.
+    pub fn smaller(&self, kernel: &Kernel, layouts: &LayoutAssignment) -> Option<SharedPlan> {
+        let smaller = if self.ring_staging {
+            Self::with_refill_buffers(kernel, layouts, self.refill_buffers, false)
+        } else if self.refill_buffers > 1 {
+            Self::with_refill_buffers(kernel, layouts, 1, true)
+        } else {
+            return None;
+        };
+        (smaller != *self).then_some(smaller)
+    }
+
+    /// The plan with `refill_buffers` tiles of each refilled load, and ring-staged tiles or
+    /// not.
     pub fn with_refill_buffers(
         kernel: &Kernel,
         layouts: &LayoutAssignment,
         refill_buffers: u32,
+        ring_staging: bool,
     ) -> SharedPlan {
         let refilled = refilled_bytes(kernel, layouts, refill_buffers, usize::MAX);
-        // Tiles staged from registers, and those one-shot TMA loads fill.
+        // Tiles staged from registers (a ring's stages of each where ring-staged), and those
+        // one-shot TMA loads fill.
+        let rings = if ring_staging {
+            ring_staged(kernel, layouts)
+        } else {
+            HashMap::new()
+        };
+        let (mut conversions, mut ring_staging) = (0, false);
+        let mut next = 0;
+        walk_insts(&kernel.body, &mut next, &mut |index, _| {
+            let buffers = rings.get(&index).copied().unwrap_or(1);
+            for c in layouts.conversions_at(index) {
+                if c.kind == ConversionKind::Stage {
+                    conversions += buffers * aligned_tile_bytes(kernel, layouts, c.value);
+                    ring_staging |= buffers > 1;
+                }
+            }
+        });
         let staged = refilled
+            + conversions
             + layouts
-                .all_conversions()
-                .filter(|c| c.kind == ConversionKind::Stage)
-                .map(|c| c.value)
-                .chain(
-                    layouts
-                        .tma_once_loads()
-                        .filter(|l| !l.refills() && l.has_tile())
-                        .map(|l| l.value),
-                )
-                .map(|value| aligned_tile_bytes(kernel, layouts, value))
+                .tma_once_loads()
+                .filter(|l| !l.refills() && l.has_tile())
+                .map(|l| aligned_tile_bytes(kernel, layouts, l.value))
                 .sum::<u32>();
         let reduction = staged;
         let staged = staged
@@ -182,6 +225,7 @@ impl SharedPlan {
         };
         SharedPlan {
             refill_buffers,
+            ring_staging,
             refilled,
             reduction,
             staged,
@@ -207,6 +251,41 @@ pub(super) fn refilled_bytes(
         .filter(|l| l.refills() && l.has_tile())
         .map(|l| refill_buffers * aligned_tile_bytes(kernel, layouts, l.value))
         .sum()
+}
+
+/// The instructions whose staged tiles take one buffer a stage of their loop's ring, by index,
+/// with the ring's stages: those at the top level of the body of a TMA loop that frees its
+/// buffers on barriers (where the body starts with no barrier, a single tile would wait for
+/// the last iteration's reads of it). Buffer `s` of stage `s` is written again `stages`
+/// iterations on, and each iteration between meets at a barrier after writing its own (before
+/// reading it, or at its loop's top: [`super::pipeline`]), after the reads of the tile it
+/// overwrites ended with their iteration.
+pub(super) fn ring_staged(kernel: &Kernel, layouts: &LayoutAssignment) -> HashMap<usize, u32> {
+    let mut rings = HashMap::new();
+    if !layouts.frees_on_barriers() {
+        return rings;
+    }
+    let mut next = 0;
+    walk_insts(&kernel.body, &mut next, &mut |index, inst| {
+        let (TileOp::For { body, .. }, Some(pipeline)) = (&inst.op, layouts.pipeline_at(index))
+        else {
+            return;
+        };
+        if !pipeline.uses_tma() {
+            return;
+        }
+        // The body's top-level instructions, numbered as `walk_insts` numbers them.
+        let mut at = index + 1;
+        for top in &body.insts {
+            rings.insert(at, pipeline.stages);
+            let mut nested = at + 1;
+            for region in nested_regions(&top.op) {
+                walk_insts(region, &mut nested, &mut |_, _| {});
+            }
+            at = nested;
+        }
+    });
+    rings
 }
 
 /// What `region` needs at once of what `bytes` gives each pipelined loop: per instruction, a
@@ -292,7 +371,8 @@ impl Lowering<'_> {
 
     /// `value` (in registers) into a new swizzled tile of shared memory: each owner stores its
     /// elements where `layout` puts them, after a barrier if staged tiles were read since the
-    /// last one.
+    /// last one; at a TMA loop's top level, with ring staging, into this iteration's buffer of
+    /// its ring with no barrier ([`ring_staged`]).
     pub(super) fn stage(&mut self, inst: &TileInst, value: Value, layout: &Layout) -> Result<()> {
         let Layout::Shared(shared) = layout else {
             return Err(CodegenError::internal(
@@ -308,13 +388,25 @@ impl Lowering<'_> {
             .ok_or_else(|| unsupported(inst, "expected a tile to stage"))?;
         let elem = self.ty(regs[0]);
         self.packed_type(inst, elem)?;
+        let bytes = aligned_tile_bytes(self.kernel, self.layouts, value);
+        let ring = self
+            .staging_ring
+            .filter(|ring| ring.depth == self.blocks.len());
+        let base = match ring {
+            Some(ring) => SharedBase::Slot {
+                buffers: self.next_staged,
+                bytes,
+                slot: ring.slot,
+            },
+            None => SharedBase::Fixed(self.next_staged),
+        };
         let tile = SharedTile {
-            base: SharedBase::Fixed(self.next_staged),
+            base,
             layout: tile_layout,
             elem,
         };
-        self.next_staged += aligned_tile_bytes(self.kernel, self.layouts, value);
-        if self.pending.reads {
+        self.next_staged += ring.map_or(1, |ring| ring.stages) * bytes;
+        if self.pending.reads && ring.is_none() {
             self.barrier();
         }
         self.write_tile(&map, &regs, &tile, Addressing::PerAccess);

@@ -47,15 +47,17 @@ pub fn lower(
     layouts: &LayoutAssignment,
     options: &CompileOptions,
 ) -> Result<Program> {
-    let plan = dot::SharedPlan::of(kernel, layouts, options.target.max_shared_bytes());
-    // Two tiles of each refilled load leave less room for the scratch reserved as lowering
-    // goes: where that runs out, one tile each.
-    match lower_in(kernel, layouts, options, plan) {
-        Err(_) if plan.refill_buffers > 1 => {
-            let single = dot::SharedPlan::with_refill_buffers(kernel, layouts, 1);
-            lower_in(kernel, layouts, options, single)
+    let mut plan = dot::SharedPlan::of(kernel, layouts, options.target.max_shared_bytes());
+    // More buffers leave less room for the scratch reserved as lowering goes: where that runs
+    // out, fewer ([`dot::SharedPlan::smaller`]).
+    loop {
+        match lower_in(kernel, layouts, options, plan) {
+            Err(e) => match plan.smaller(kernel, layouts) {
+                Some(smaller) => plan = smaller,
+                None => return Err(e),
+            },
+            lowered => return lowered,
         }
-        lowered => lowered,
     }
 }
 
@@ -106,6 +108,8 @@ fn lower_in(
         next_barrier: plan.barriers,
         once_barriers: plan.once_barriers,
         refill_buffers: plan.refill_buffers,
+        ring_staging: plan.ring_staging,
+        staging_ring: None,
         once_loads: Vec::new(),
         loop_counter: None,
         releases: Vec::new(),
@@ -200,6 +204,11 @@ pub(super) struct Lowering<'a> {
     once_barriers: u32,
     /// How many tiles each refilled load takes by turns ([`dot::SharedPlan`]).
     refill_buffers: u32,
+    /// Whether tiles staged at a TMA loop's top level take a buffer a stage of its ring
+    /// ([`dot::ring_staged`]), and the ring of the loop whose body is being lowered, where they
+    /// do.
+    ring_staging: bool,
+    staging_ring: Option<dot::StagingRing>,
     /// The tiles top-level or refilled TMA loads fill (and their `trans` views), with the
     /// load's barrier and the parity of the phase to wait for, until someone waited for it.
     once_loads: Vec<(Value, Option<(Reg, Reg)>)>,

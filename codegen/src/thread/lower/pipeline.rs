@@ -63,7 +63,7 @@ use std::collections::HashMap;
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Value};
 
 use super::dot::{
-    Pending, SharedBase, SharedTile, aligned_tile_bytes, pipeline_barrier_bytes,
+    Pending, SharedBase, SharedTile, StagingRing, aligned_tile_bytes, pipeline_barrier_bytes,
     pipeline_buffer_bytes, tile_bytes,
 };
 use super::memory::BlockRegs;
@@ -287,6 +287,13 @@ impl Lowering<'_> {
                     warps: None,
                 });
                 if empty.is_some() {
+                    if self.ring_staging {
+                        self.staging_ring = Some(StagingRing {
+                            slot,
+                            stages,
+                            depth: self.blocks.len(),
+                        });
+                    }
                     // No barrier: the copies into buffer slot - 1 wait on its `empty` barrier.
                     // The body is lowered as if staged tiles had reads pending here but no
                     // writes; where it leaves writes pending, [`Self::pipeline_bottom`] puts a
