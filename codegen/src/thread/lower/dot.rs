@@ -256,10 +256,11 @@ pub(super) fn refilled_bytes(
 /// The instructions whose staged tiles take one buffer a stage of their loop's ring, by index,
 /// with the ring's stages: those at the top level of the body of a TMA loop that frees its
 /// buffers on barriers (where the body starts with no barrier, a single tile would wait for
-/// the last iteration's reads of it). Buffer `s` of stage `s` is written again `stages`
-/// iterations on, and each iteration between meets at a barrier after writing its own (before
-/// reading it, or at its loop's top: [`super::pipeline`]), after the reads of the tile it
-/// overwrites ended with their iteration.
+/// the last iteration's reads of it). The buffer iteration i writes (its slot, i mod `stages`)
+/// is written again `stages` iterations on, and each iteration between meets at a barrier
+/// after writing its own (before reading it, or at its loop's top: [`super::pipeline`]),
+/// after the reads of the buffer it overwrites ended with their iteration (every `wgmma` of a
+/// body is waited for at its end).
 pub(super) fn ring_staged(kernel: &Kernel, layouts: &LayoutAssignment) -> HashMap<usize, u32> {
     let mut rings = HashMap::new();
     if !layouts.frees_on_barriers() {
