@@ -517,6 +517,14 @@ fn table_params(dtype: DType, head_dim: usize, causal: bool) -> AttentionParams 
     cases::attention_params(dtype, head_dim, causal, seqlen, seqlen)
 }
 
+/// The fused backward's bf16 D128 call without a mask, as [`table_params`].
+fn fused_d128_params() -> AttentionParams {
+    AttentionParams {
+        fused_backward: true,
+        ..table_params(BF16, 128, false)
+    }
+}
+
 /// [`attention_case`] at `config` instead of the table's, named as the shipped specialisation.
 fn attention_case_at(
     name: &str,
@@ -591,10 +599,7 @@ fn warpgroups_take_no_turns_in_a_loop_that_stages_a_tile() {
             .lines()
             .any(|l| l.trim_start().starts_with("bar.arrive") && l.ends_with(", 256"))
     };
-    let fused = AttentionParams {
-        fused_backward: true,
-        ..table_params(BF16, 128, false)
-    };
+    let fused = fused_d128_params();
     assert!(!takes_turns(&fused, AttentionKernel::DkDv));
     assert!(takes_turns(
         &table_params(BF16, 128, false),
@@ -610,10 +615,7 @@ fn warpgroups_take_no_turns_in_a_loop_that_stages_a_tile() {
 #[test]
 fn tiles_staged_in_a_tma_loop_take_a_buffer_of_its_ring() {
     use kiln_codegen::thread::Op;
-    let p = AttentionParams {
-        fused_backward: true,
-        ..table_params(BF16, 128, false)
-    };
+    let p = fused_d128_params();
     let config = p.config(Target::Sm90a).unwrap().dkdv;
     let case = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, config);
     let mut program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
@@ -1394,10 +1396,7 @@ fn the_emulator_finds_tma_stores_misused() {
 #[test]
 fn the_fused_backward_adds_dq_by_tma() {
     use kiln_codegen::thread::Op;
-    let p = AttentionParams {
-        fused_backward: true,
-        ..table_params(BF16, 128, false)
-    };
+    let p = fused_d128_params();
     let one_warpgroup = KernelConfig::new(64, 64, 4, 2).on_wgmma();
     let two_warpgroups = KernelConfig::new(64, 128, 8, 2).on_wgmma();
     // (config, reductions issued in the loop: 4 slabs by one lane, or 2 by each warpgroup's)
@@ -1832,10 +1831,7 @@ fn a_producer_warpgroup_is_refused_where_it_cannot_feed() {
 /// on it (as on every shipped kernel).
 #[test]
 fn descriptors_at_issue_are_added_in_the_wgmma_statement() {
-    let p = AttentionParams {
-        fused_backward: true,
-        ..table_params(BF16, 128, false)
-    };
+    let p = fused_d128_params();
     let table = p.config(Target::Sm90a).unwrap().dkdv;
     assert!(table.descriptors_at_issue, "{table}");
     let with = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, table);
