@@ -109,6 +109,7 @@ impl Lowering<'_> {
         let loc = self.loc;
         let (lower, upper, step) = (self.reg(lower)?, self.reg(upper)?, self.reg(step)?);
         let init: Vec<Vec<Reg>> = init.iter().map(|&v| self.regs(v)).collect::<Result<_>>()?;
+        let stages = self.stages_in(body);
         let mut takes_turns = false;
         let pipeline = match self.layouts.pipeline_at(self.current_inst) {
             Some(info) => {
@@ -131,10 +132,8 @@ impl Lowering<'_> {
                 // A body that stages a tile meets at a barrier of the block every iteration:
                 // turns there only add a wait (the fused D128 dK/dV without them 1.01-1.02x,
                 // runs 237-240, twentieth session).
-                takes_turns = info.uses_tma()
-                    && pipeline.defer_copies
-                    && !self.stages_in(body)
-                    && self.begin_turns();
+                takes_turns =
+                    info.uses_tma() && pipeline.defer_copies && !stages && self.begin_turns();
                 Some(pipeline)
             }
             None => None,
@@ -175,7 +174,7 @@ impl Lowering<'_> {
         // writes are pending only if some were before it or the body stages tiles.
         let pending = Pending {
             reads: true,
-            writes: self.pending.writes || self.stages_in(body),
+            writes: self.pending.writes || stages,
         };
         self.pending = pending;
         // The body's staged tiles may take its ring's buffers ([`Self::pipeline_top`]).

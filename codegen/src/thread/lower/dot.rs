@@ -156,14 +156,18 @@ impl SharedPlan {
     /// The next plan with fewer buffers: without ring-staged tiles, then with one tile of each
     /// refilled load; `None` where there is none.
     pub fn smaller(&self, kernel: &Kernel, layouts: &LayoutAssignment) -> Option<SharedPlan> {
-        let smaller = if self.ring_staging {
-            Self::with_refill_buffers(kernel, layouts, self.refill_buffers, false)
+        if self.ring_staging {
+            Some(Self::with_refill_buffers(
+                kernel,
+                layouts,
+                self.refill_buffers,
+                false,
+            ))
         } else if self.refill_buffers > 1 {
-            Self::with_refill_buffers(kernel, layouts, 1, true)
+            Some(Self::with_refill_buffers(kernel, layouts, 1, true))
         } else {
-            return None;
-        };
-        (smaller != *self).then_some(smaller)
+            None
+        }
     }
 
     /// The plan with `refill_buffers` tiles of each refilled load, and ring-staged tiles or
