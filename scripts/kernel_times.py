@@ -58,7 +58,7 @@ def main():
     for D in map(int, a.head_dims.split(",")):
         for causal in (c == "1" for c in a.causal.split(",")):
             for N in map(int, a.seqs.split(",")):
-                B, H = 16384 // N, 2048 // D
+                B, H = max(1, 16384 // N), 2048 // D
                 q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(3))
                 o = torch.empty_like(q)
                 lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)

@@ -106,6 +106,13 @@ pub struct CompileOptions {
     /// 1.03-1.09x there; D64's forward and D128's dQ, which have the registers, lost 2-8%
     /// (docs/PERF.md, nineteenth session). So the table chooses it. Needs `wgmma`.
     pub descriptors_at_issue: bool,
+    /// Whether the producer warpgroup keeps [`LEAN_PRODUCER_REGISTERS`] registers a thread
+    /// rather than [`PRODUCER_REGISTERS`], leaving the consumers 240 where two warpgroups
+    /// compute (FlashAttention-3's split; [`CompileOptions::register_split`]). The fused D128
+    /// dK/dV with a producer needs it: at 232 ptxas serialises its `wgmma`s (C7512); D64's
+    /// causal forward loses 5-6% with it (docs/PERF.md, twenty-first session), so the table
+    /// chooses it. Needs `producer`.
+    pub lean_producer: bool,
 }
 
 impl Default for CompileOptions {
@@ -126,7 +133,10 @@ const MAX_SETMAXNREG: u32 = 256;
 
 /// Registers a thread of the producer warpgroup keeps: its address arithmetic, loops and
 /// copies fit (FlashAttention-3 keeps 24 to 56).
-const PRODUCER_REGISTERS: u32 = 40;
+pub const PRODUCER_REGISTERS: u32 = 40;
+/// What a lean producer keeps ([`CompileOptions::lean_producer`]): FlashAttention-3's 24, which
+/// leaves two consumer warpgroups 240.
+pub const LEAN_PRODUCER_REGISTERS: u32 = 24;
 
 /// The registers each thread of a block of `threads` threads launches with where ptxas may give
 /// it all it can at one block an SM (`.maxntid threads`, `.minnctapersm 1`), as it does for a
@@ -159,6 +169,7 @@ impl CompileOptions {
             producer: false,
             uniform_warpgroup: false,
             descriptors_at_issue: false,
+            lean_producer: false,
         }
     }
 
@@ -190,6 +201,15 @@ impl CompileOptions {
         }
     }
 
+    /// The same options with a producer that keeps [`LEAN_PRODUCER_REGISTERS`] (or not):
+    /// [`CompileOptions::lean_producer`].
+    pub fn with_lean_producer(self, lean_producer: bool) -> CompileOptions {
+        CompileOptions {
+            lean_producer,
+            ..self
+        }
+    }
+
     /// The same options with `num_stages` buffers per pipelined load.
     pub fn with_stages(self, num_stages: u32) -> CompileOptions {
         CompileOptions { num_stages, ..self }
@@ -217,7 +237,8 @@ impl CompileOptions {
     /// from the block's pool, which holds what `setmaxnreg.dec` gave back: the consumers can
     /// grow by what the producer releases and no more, or they wait for it forever (a producer
     /// for four consumer warpgroups asking 24 and 120 of 640 threads' 96 hung on the GPU,
-    /// docs/PERF.md, eleventh session). For two consumer warpgroups: 168, 40 and 232.
+    /// docs/PERF.md, eleventh session). For two consumer warpgroups: 168, 40 and 232 (24 and
+    /// 240 with a lean producer).
     pub fn register_split(&self) -> Option<RegisterSplit> {
         if !self.producer {
             return None;
@@ -226,12 +247,17 @@ impl CompileOptions {
         let launch = launch_registers(threads);
         let producer_threads = layout::wgmma::WARPS_PER_WARPGROUP * layout::THREADS_PER_WARP;
         let consumer_threads = threads - producer_threads;
-        let pool = launch * threads - PRODUCER_REGISTERS * producer_threads;
+        let producer = if self.lean_producer {
+            LEAN_PRODUCER_REGISTERS
+        } else {
+            PRODUCER_REGISTERS
+        };
+        let pool = launch * threads - producer * producer_threads;
         let consumer =
             (pool / consumer_threads / REGISTER_UNIT * REGISTER_UNIT).min(MAX_SETMAXNREG);
         Some(RegisterSplit {
             launch,
-            producer: PRODUCER_REGISTERS,
+            producer,
             consumer,
         })
     }
@@ -262,6 +288,11 @@ impl CompileOptions {
         }
         if self.descriptors_at_issue && !self.wgmma {
             return invalid("descriptors at issue are wgmma's: they need wgmma".to_string());
+        }
+        if self.lean_producer && !self.producer {
+            return invalid(
+                "a lean producer is a producer's register split: it needs a producer".to_string(),
+            );
         }
         // One consumer warpgroup already has the most registers a thread can: the producer's
         // would go unused.

@@ -21,11 +21,11 @@ use crate::reference::Rng;
 /// each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query rows); on
 /// sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys for the split
 /// dK/dV, which is key-major there), at 8 warps also with a producer warpgroup issuing the copies
-/// (the forward's also persistent), each two-warpgroup one with a uniform warpgroup index and the
-/// backward's with descriptors at issue, and for the forward 256 query rows of 16 warps (four
-/// warpgroups taking turns, with a producer or not; the backward's accumulators need more registers
-/// than 16 warps leave a thread). The compiler refuses what does not fit (shared memory, warps the
-/// tile cannot feed); those trials say so.
+/// (keeping 40 registers or 24; the forward's also persistent), each two-warpgroup one with a
+/// uniform warpgroup index and the backward's with descriptors at issue, and for the forward 256
+/// query rows of 16 warps (four warpgroups taking turns, with a producer or not; the backward's
+/// accumulators need more registers than 16 warps leave a thread). The compiler refuses what does
+/// not fit (shared memory, warps the tile cannot feed); those trials say so.
 pub fn candidates(
     kernel: AttentionKernel,
     target: Target,
@@ -54,12 +54,16 @@ pub fn candidates(
                     };
                     if target == Target::Sm90a && rows.is_multiple_of(16 * num_warps as usize) {
                         let mut variants = vec![wgmma];
-                        // Two consumer warpgroups fed by a producer's, and each two-warpgroup
-                        // variant with its `wgmma` descriptors' warpgroup index from lane 0.
+                        // Two consumer warpgroups fed by a producer's (keeping 40 registers
+                        // or 24), and each two-warpgroup variant with its `wgmma` descriptors'
+                        // warpgroup index from lane 0.
                         if num_warps == 8 {
-                            variants.push(wgmma.with_producer());
+                            let mut producers = vec![wgmma.with_producer()];
                             if kernel == AttentionKernel::Forward {
-                                variants.push(wgmma.with_producer().persistent());
+                                producers.push(wgmma.with_producer().persistent());
+                            }
+                            for producer in producers {
+                                variants.extend([producer, producer.with_lean_producer()]);
                             }
                             let uniform: Vec<KernelConfig> = variants
                                 .iter()

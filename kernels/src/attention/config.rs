@@ -6,7 +6,8 @@
 //! producer warpgroup of 4 more warps issues its copies, `uniform` where its `wgmma`
 //! descriptors take their warpgroup's index from lane 0 (kiln-codegen's `uniform_warpgroup`),
 //! `at issue` where each `wgmma` statement adds its descriptors' offsets (kiln-codegen's
-//! `descriptors_at_issue`).
+//! `descriptors_at_issue`), `lean` where the producer keeps 24 registers and its consumers 240
+//! (kiln-codegen's `lean_producer`).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -66,8 +67,8 @@
 //! zeroed) and a dQ conversion, both 64 rows of 4 warps, and its own dK/dV entry, since that one
 //! also holds a dQ tile and adds it: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64
 //! (at issue at 64; `kiln tune --backward fused`, H100, 2026-11-25), and 64 x 128, 8, 2, wgmma,
-//! uniform, at issue at 128 (key-major, H200, twelfth session; its descriptors nineteenth);
-//! elsewhere the split dK/dV's entry, untuned. Those short of registers compute their `wgmma`
+//! producer, lean, uniform, at issue at 128 (key-major, H200, twelfth session; its descriptors
+//! nineteenth, its producer twenty-first); elsewhere the split dK/dV's entry, untuned. Those short of registers compute their `wgmma`
 //! descriptors at issue: LLVM would hoist one register pair per instruction out of the loop.
 
 use kiln_dsl::Target;
@@ -109,6 +110,10 @@ pub struct KernelConfig {
     /// offsets itself, so that LLVM holds no register pair per instruction across a loop
     /// (for kernels short of registers: docs/PERF.md, nineteenth session).
     pub descriptors_at_issue: bool,
+    /// kiln-codegen's `lean_producer`: the producer keeps 24 registers a thread, its two
+    /// consumer warpgroups 240 (a configuration with a producer; docs/PERF.md,
+    /// twenty-first session).
+    pub lean_producer: bool,
 }
 
 impl KernelConfig {
@@ -128,6 +133,7 @@ impl KernelConfig {
             persistent: false,
             uniform_warpgroup: false,
             descriptors_at_issue: false,
+            lean_producer: false,
         }
     }
 
@@ -159,6 +165,14 @@ impl KernelConfig {
     pub const fn with_descriptors_at_issue(self) -> KernelConfig {
         KernelConfig {
             descriptors_at_issue: true,
+            ..self
+        }
+    }
+
+    /// The same configuration, its producer keeping 24 registers.
+    pub const fn with_lean_producer(self) -> KernelConfig {
+        KernelConfig {
+            lean_producer: true,
             ..self
         }
     }
@@ -203,6 +217,9 @@ impl std::fmt::Display for KernelConfig {
         if self.persistent {
             write!(f, ", persistent")?;
         }
+        if self.lean_producer {
+            write!(f, ", lean producer")?;
+        }
         if self.uniform_warpgroup {
             write!(f, ", uniform warpgroup")?;
         }
@@ -213,16 +230,16 @@ impl std::fmt::Display for KernelConfig {
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform][:at-issue]]`, as
-/// `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue]]`,
+/// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
         let refuse = || {
             format!(
-                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent]][:uniform]\
-                 [:at-issue]], got `{text}`"
+                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
+                 [:uniform][:at-issue]], got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
@@ -236,6 +253,7 @@ impl std::str::FromStr for KernelConfig {
         };
         let at_issue = flag("at-issue");
         let uniform = flag("uniform");
+        let lean = flag("lean");
         let (blocks, warps, stages, wgmma, producer, persistent) = match parts[..] {
             [b, w, s] => (b, w, s, false, false, false),
             [b, w, s, "wgmma"] => (b, w, s, true, false, false),
@@ -243,6 +261,9 @@ impl std::str::FromStr for KernelConfig {
             [b, w, s, "wgmma", "producer", "persistent"] => (b, w, s, true, true, true),
             _ => return Err(refuse()),
         };
+        if lean && !producer {
+            return Err(refuse());
+        }
         let (m, n) = blocks.split_once('x').ok_or_else(refuse)?;
         let number = |v: &str| v.parse::<usize>().map_err(|_| refuse());
         let config = KernelConfig::new(
@@ -259,6 +280,11 @@ impl std::str::FromStr for KernelConfig {
         };
         let config = if persistent {
             config.persistent()
+        } else {
+            config
+        };
+        let config = if lean {
+            config.with_lean_producer()
         } else {
             config
         };
@@ -484,9 +510,13 @@ pub fn config(
         // Key-major in two warpgroups, dQ transposed (FlashAttention-3's shape): 1.42x the
         // 64 x 64 blocks of one warpgroup, causal 1.24x (`kiln tune`, H200, seqlen 4096,
         // docs/PERF.md, twelfth session). Its descriptors at issue and uniform: 196 -> 32
-        // bytes of spills, 1.05-1.09x (run 226, nineteenth session).
+        // bytes of spills, 1.05-1.09x (run 226, nineteenth session). A lean producer issues its
+        // copies (FlashAttention-3's and cuDNN's split: at 232 registers ptxas serialises its
+        // `wgmma`s): 1.007-1.028x (runs 254, 256, twenty-first session).
         (true, Target::Sm90a, 128) => c(64, 128, 8, 2)
             .on_wgmma()
+            .with_producer()
+            .with_lean_producer()
             .with_uniform_warpgroup()
             .with_descriptors_at_issue(),
         // Not tuned for the fused backward: the split one's.
@@ -578,6 +608,23 @@ mod tests {
             i.to_string(),
             "64 x 128, 8 warps, 2 stages, wgmma, uniform warpgroup, descriptors at issue"
         );
+        let lean: KernelConfig = "64x128:8:2:wgmma:producer:lean:uniform:at-issue"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            lean,
+            KernelConfig::new(64, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .with_lean_producer()
+                .with_uniform_warpgroup()
+                .with_descriptors_at_issue()
+        );
+        assert_eq!(
+            lean.to_string(),
+            "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, \
+             descriptors at issue"
+        );
         for bad in [
             "128x64:4",
             "128:4:2",
@@ -588,6 +635,8 @@ mod tests {
             "128x64:4:2:at-issue",
             "128x64:8:2:wgmma:uniform:producer",
             "128x64:8:2:wgmma:at-issue:uniform",
+            "128x64:8:2:wgmma:lean",
+            "128x128:8:2:wgmma:producer:lean:persistent",
         ] {
             let err = bad.parse::<KernelConfig>().unwrap_err();
             assert!(err.contains(&format!("got `{bad}`")), "{err}");

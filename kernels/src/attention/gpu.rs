@@ -42,7 +42,7 @@ impl Candidate {
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}",
+            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
@@ -51,6 +51,7 @@ impl Candidate {
             if c.wgmma { "_wgmma" } else { "" },
             if c.producer { "_producer" } else { "" },
             if c.persistent { "_persistent" } else { "" },
+            if c.lean_producer { "_lean" } else { "" },
             if c.uniform_warpgroup { "_uniform" } else { "" },
             if c.descriptors_at_issue {
                 "_at_issue"

@@ -147,6 +147,12 @@ pub struct Case {
         reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
     )]
     pub descriptors_at_issue: bool,
+    /// kiln-codegen's `lean_producer`: the producer keeps 24 registers, the consumers 240.
+    #[allow(
+        dead_code,
+        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
+    )]
+    pub lean_producer: bool,
     pub tolerance: Tolerance,
 }
 
@@ -233,6 +239,7 @@ pub fn cases() -> Vec<Case> {
                 producer: false,
                 uniform_warpgroup: false,
                 descriptors_at_issue: false,
+                lean_producer: false,
                 tolerance,
             })
         };
@@ -353,6 +360,7 @@ pub fn cases() -> Vec<Case> {
                 producer: false,
                 uniform_warpgroup: false,
                 descriptors_at_issue: false,
+                lean_producer: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -383,6 +391,7 @@ pub fn cases() -> Vec<Case> {
             producer: false,
             uniform_warpgroup: false,
             descriptors_at_issue: false,
+            lean_producer: false,
             tolerance: reduced(dtype),
         });
     }
@@ -404,6 +413,7 @@ pub fn cases() -> Vec<Case> {
         producer: false,
         uniform_warpgroup: false,
         descriptors_at_issue: false,
+        lean_producer: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
@@ -425,6 +435,7 @@ pub fn cases() -> Vec<Case> {
             producer: s.config.producer,
             uniform_warpgroup: s.config.uniform_warpgroup,
             descriptors_at_issue: s.config.descriptors_at_issue,
+            lean_producer: s.config.lean_producer,
         });
     }
     for target in Target::ALL {
@@ -454,6 +465,7 @@ pub fn cases() -> Vec<Case> {
                     producer: false,
                     uniform_warpgroup: false,
                     descriptors_at_issue: false,
+                    lean_producer: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }

@@ -73,6 +73,8 @@ struct Request {
     /// kiln-codegen's `producer`: a producer warpgroup issues the TMA loops' copies (as the
     /// table says).
     producer: bool,
+    /// kiln-codegen's `lean_producer`, as the table has it.
+    lean_producer: bool,
     /// kiln-codegen's `uniform_warpgroup`, as the table has it.
     uniform_warpgroup: bool,
     /// kiln-codegen's `descriptors_at_issue`, as the table has it.
@@ -102,6 +104,9 @@ impl fmt::Display for Request {
         }
         if self.producer {
             write!(f, ", producer")?;
+        }
+        if self.lean_producer {
+            write!(f, ", lean producer")?;
         }
         if self.uniform_warpgroup {
             write!(f, ", uniform warpgroup")?;
@@ -228,6 +233,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
     let num_stages = flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1);
     let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
     let producer = wgmma && table.is_some_and(|c| c.producer);
+    let lean_producer = producer && table.is_some_and(|c| c.lean_producer);
     let uniform_warpgroup = wgmma && table.is_some_and(|c| c.uniform_warpgroup);
     let descriptors_at_issue = wgmma && table.is_some_and(|c| c.descriptors_at_issue);
     let divisibility = flags.divisibility.unwrap_or_else(|| {
@@ -253,6 +259,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
                 && s.config.num_stages == num_stages
                 && s.config.wgmma == wgmma
                 && s.config.producer == producer
+                && s.config.lean_producer == lean_producer
                 && s.config.uniform_warpgroup == uniform_warpgroup
                 && s.config.descriptors_at_issue == descriptors_at_issue
                 && same_divisibility
@@ -269,6 +276,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         num_stages,
         wgmma,
         producer,
+        lean_producer,
         uniform_warpgroup,
         descriptors_at_issue,
         #[cfg(feature = "codegen")]
@@ -454,6 +462,7 @@ fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
             .with_stages(request.num_stages)
             .with_wgmma(request.wgmma)
             .with_producer(request.producer)
+            .with_lean_producer(request.lean_producer)
             .with_uniform_warpgroup(request.uniform_warpgroup)
             .with_descriptors_at_issue(request.descriptors_at_issue),
         |options, (name, n)| options.with_divisibility(name, *n),
