@@ -17,7 +17,7 @@
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform | 128 x 128, 8, 2, wgmma | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -44,7 +44,8 @@
 //! warpgroup issue its copies (FlashAttention-3's warp specialisation): at 128 1.04-1.07x from 1k
 //! to 16k, causal or not, at 256 1.00-1.06x (most at 1k); elsewhere it lost or tied (dQ
 //! 0.82-1.00x, dK/dV at 8 warps 0.94-1.00x the table's 4, the D64 forward 0.56-0.91x: `kiln
-//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session). The D128 forward is persistent,
+//! tune`, H200, docs/PERF.md, 2026-11-26, eleventh session), until the D128 dQ without a mask
+//! measured 1.02-1.05x with one (twenty-first session). The D128 forward is persistent,
 //! one program an SM looping over the blocks: without a mask 1.22x at seqlen 512, 1.11x at 1k,
 //! 1.04x at 2k (H200, docs/PERF.md, fifteenth session), causal (on pairs of blocks) 1.21x at
 //! 1k, 1.13x at 2k and 1.05x at 4k (sixteenth session), and at every length since its `wgmma`
@@ -463,7 +464,13 @@ pub fn config(
                 .with_producer()
                 .persistent()
                 .with_uniform_warpgroup(),
-            c(128, 128, 8, 2).on_wgmma(),
+            // dQ without a mask with a producer warpgroup: 1.021-1.050x per kernel, causal
+            // 0.927-0.996x (run 258, twenty-first session; 0.82-1.00x in the eleventh).
+            if causal {
+                c(128, 128, 8, 2).on_wgmma()
+            } else {
+                c(128, 128, 8, 2).on_wgmma().with_producer()
+            },
             c(64, 64, 4, 2).on_wgmma(),
         ],
         (Target::Sm90a, 256) => [
