@@ -116,6 +116,10 @@ pub struct Trial {
     /// Whether it is the table's configuration.
     pub shipped: bool,
     pub outcome: Outcome,
+    /// What the driver's ptxas says of its PTX that costs speed (a `wgmma` serialized for want
+    /// of registers, C7512; which took a producer's verdict astray once: docs/PERF.md,
+    /// twenty-first session), a line each.
+    pub warnings: Vec<String>,
 }
 
 /// What to tune, and how long to time each candidate.
@@ -178,9 +182,14 @@ pub fn tune(
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {
+            let mut warnings = Vec::new();
             let outcome = match compile(kernel, &timed, config, target) {
                 Err(message) => Outcome::Failed(message),
                 Ok(candidate) => {
+                    // PTX the driver refuses fails its trial, with the driver's log, below.
+                    warnings = device
+                        .jit_performance_warnings(&candidate.ptx)
+                        .unwrap_or_default();
                     let overrides = Overrides::default().with(candidate);
                     let problems = Problems {
                         check: &mut check,
@@ -196,6 +205,7 @@ pub fn tune(
                 config,
                 shipped: config == shipped,
                 outcome,
+                warnings,
             };
             progress(&trial);
             trials.push(trial);
@@ -302,6 +312,11 @@ pub fn table(trials: &[Trial]) -> String {
                 format!("failed: {}", message.lines().next().unwrap_or_default()),
             ),
         };
+        // ptxas's own words after its prefix (`ptxas info    : `).
+        let outcome = t.warnings.iter().fold(outcome, |outcome, w| {
+            let words = w.split_once(": ").map_or(w.as_str(), |(_, rest)| rest);
+            format!("{outcome}; ptxas: {words}")
+        });
         out.push_str(&format!(
             "| {} | {} | {} | {ms} | {tflops} | {ratio} | {outcome} |\n",
             t.kernel.name(),
@@ -356,6 +371,7 @@ mod tests {
             config: KernelConfig::new(block_m, 64, 4, 2),
             shipped,
             outcome,
+            warnings: Vec::new(),
         };
         let trials = [
             trial(
@@ -379,7 +395,20 @@ mod tests {
         ];
         assert_eq!(winner(&trials, AttentionKernel::Dq), Some(&trials[2]));
         assert_eq!(winner(&trials, AttentionKernel::Forward), None);
+        let mut trials = trials.to_vec();
+        trials[0].warnings = vec![
+            "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions \
+             are serialized"
+                .into(),
+        ];
         let table = table(&trials);
+        assert!(
+            table.contains(
+                "| ok; ptxas: (C7512) Potential Performance Loss: wgmma.mma_async instructions \
+                 are serialized |"
+            ),
+            "{table}"
+        );
         assert!(table.contains("| 128 x 64, 4 warps, 2 stages |  | 1.600 | 125.0 | 1.250 | ok |"));
         assert!(table.contains("WRONG: dq off"), "{table}");
         assert!(table.contains("failed: shared memory |"), "{table}");

@@ -76,6 +76,27 @@ impl Device {
         })
     }
 
+    /// What the driver's ptxas says of `ptx` that costs speed, compiled afresh for this
+    /// device: its `wgmma`s serialized (for want of registers, C7512, or because the code
+    /// needs it) and its other "Potential Performance Loss" notes, a line each; an error if the
+    /// driver refuses the PTX.
+    pub fn jit_performance_warnings(&self, ptx: &str) -> Result<Vec<String>> {
+        self.context
+            .bind_to_thread()
+            .map_err(|e| RuntimeError::driver("making the device's context current", e))?;
+        match jit_logs(ptx) {
+            Some((true, info, _)) => Ok(performance_warnings(&info)),
+            Some((false, _, error)) => Err(RuntimeError::Driver {
+                action: "compiling PTX for its ptxas log".to_string(),
+                message: error,
+            }),
+            None => Err(RuntimeError::Driver {
+                action: "compiling PTX for its ptxas log".to_string(),
+                message: "the PTX holds a NUL byte".to_string(),
+            }),
+        }
+    }
+
     /// The driver context this device's work runs in.
     pub fn context(&self) -> Context {
         Context::from_raw(self.context.cu_ctx(), self.context.cu_device())
@@ -121,16 +142,39 @@ fn current_device_ordinal() -> Result<Option<usize>> {
 
 /// Loads `ptx` again, asking the JIT for its error log: only called after a load failed.
 pub(crate) fn jit_error_log(ptx: &str) -> Option<String> {
+    match jit_logs(ptx)? {
+        (false, _, error) => Some(error),
+        (true, ..) => None,
+    }
+}
+
+/// Loads `ptx` (and unloads it) with the JIT's logs: whether it loaded, ptxas's information
+/// (verbose, compiled afresh: a hit in the driver's JIT cache prints nothing) and its errors.
+/// `None` if the PTX holds a NUL.
+fn jit_logs(ptx: &str) -> Option<(bool, String, String)> {
     let source = CString::new(ptx).ok()?;
-    let mut log = vec![0u8; 1 << 14];
+    let mut info = vec![0u8; 1 << 16];
+    let mut error = vec![0u8; 1 << 14];
     let mut options = [
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        sys::CUjit_option::CU_JIT_LOG_VERBOSE,
+        sys::CUjit_option::CU_JIT_CACHE_MODE,
     ];
-    // The driver reads a buffer size passed as the option's pointer-sized value.
-    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    // The driver reads a size, a flag or a mode passed as the option's pointer-sized value.
+    let value = std::ptr::without_provenance_mut::<c_void>;
+    let mut values: [*mut c_void; 6] = [
+        info.as_mut_ptr().cast(),
+        value(info.len()),
+        error.as_mut_ptr().cast(),
+        value(error.len()),
+        value(1),
+        value(sys::CUjit_cacheMode::CU_JIT_CACHE_OPTION_NONE as usize),
+    ];
     let mut module: sys::CUmodule = std::ptr::null_mut();
-    // Safety: `source` is NUL-terminated PTX; the options name a live buffer and its size.
+    // Safety: `source` is NUL-terminated PTX; the options name live buffers and their sizes.
     let status = unsafe {
         sys::cuModuleLoadDataEx(
             &mut module,
@@ -140,13 +184,29 @@ pub(crate) fn jit_error_log(ptx: &str) -> Option<String> {
             values.as_mut_ptr(),
         )
     };
-    if status.result().is_ok() {
+    let loaded = status.result().is_ok();
+    if loaded {
         // Safety: the module was just loaded and nothing else refers to it.
         let _ = unsafe { sys::cuModuleUnload(module) };
-        return None;
     }
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    Some(String::from_utf8_lossy(&log[..end]).into_owned())
+    let text = |log: &[u8]| {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        String::from_utf8_lossy(&log[..end]).into_owned()
+    };
+    Some((loaded, text(&info), text(&error)))
+}
+
+/// The lines of a ptxas log that say the code will run slower than written: `wgmma`s
+/// serialized (a warning where the code needs it, information where registers are short:
+/// C7512) and other "Potential Performance Loss" notes.
+fn performance_warnings(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| {
+            l.contains("Potential Performance Loss")
+                || (l.contains("wgmma") && (l.contains("warning") || l.contains("serialized")))
+        })
+        .map(|l| l.trim().to_string())
+        .collect()
 }
 
 /// A loaded PTX module.
@@ -233,6 +293,26 @@ impl Function {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The driver's ptxas log of a fused D128 dK/dV whose consumers had 232 registers (H200,
+    /// docs/PERF.md, twenty-first session), and a warning of the kind a missing fence gives.
+    #[test]
+    fn performance_warnings_are_the_lines_that_say_so() {
+        let log = "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async \
+                   instructions are serialized due to insufficient register resources for the \
+                   function 'attention_bwd_dkdv'\n\
+                   ptxas info    : 0 bytes gmem\n\
+                   ptxas info    : Compiling entry function 'attention_bwd_dkdv' for 'sm_90a'\n\
+                   ptxas         .     0 bytes stack frame, 0 bytes spill stores\n\
+                   ptxas info    : Used 168 registers, used 16 barriers\n\
+                   ptxas warning : wgmma.mma_async serialized due to a wgmma pipeline \
+                   crossing the function boundary\n";
+        let warnings = performance_warnings(log);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("ptxas info    : (C7512)"));
+        assert!(warnings[1].starts_with("ptxas warning"));
+        assert!(performance_warnings("ptxas info    : Used 232 registers").is_empty());
+    }
 
     /// Without a driver (CI), opening a device is an error that says so, never a panic.
     #[test]

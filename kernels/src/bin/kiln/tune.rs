@@ -124,7 +124,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 &setup,
                 &mut compile::candidate,
                 &mut rng,
-                &mut |t| eprintln!("  {} {}: {:?}", t.kernel.name(), t.config, t.outcome),
+                &mut |t| {
+                    eprintln!("  {} {}: {:?}", t.kernel.name(), t.config, t.outcome);
+                    for warning in &t.warnings {
+                        eprintln!("    {warning}");
+                    }
+                },
             )
             .map_err(|e| e.to_string())?;
             crate::say!(
