@@ -83,7 +83,8 @@ fn backward_dkdv_fused_causal_f16_d64() {
     let spec = spec(Some((64, 64)), true)
         .flag("ACCUMULATE_DQ", true)
         .flag("KEY_MAJOR", false)
-        .flag("EARLY_DP", true);
+        .flag("EARLY_DP", true)
+        .flag("DQ_BY_TURNS", false);
     golden(
         "attention_bwd_dkdv_fused",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),
@@ -112,7 +113,8 @@ fn backward_dkdv_causal_f16_d64() {
     let spec = spec(Some((64, 64)), true)
         .flag("ACCUMULATE_DQ", false)
         .flag("KEY_MAJOR", true)
-        .flag("EARLY_DP", true);
+        .flag("EARLY_DP", true)
+        .flag("DQ_BY_TURNS", false);
     golden(
         "attention_bwd_dkdv",
         backward::attention_bwd_dkdv::build(&spec).unwrap(),

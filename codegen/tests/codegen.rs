@@ -398,6 +398,17 @@ fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
     let options = case_options(case, case.target);
     let program =
         thread_program(&case.kernel, &options).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+    emulate_program(case, run, &program)
+        .unwrap_or_else(|e| panic!("{} {}: {e}", case.name, run.label))
+}
+
+/// [`emulate_run`] of `program`, the case's or one edited: the emulator's error, or what
+/// comparing with the interpreter found.
+fn emulate_program(
+    case: &cases::Case,
+    run: &cases::Run,
+    program: &kiln_codegen::thread::Program,
+) -> Result<cases::Outcome, emulate::EmulationError> {
     let emulated: Vec<HostBuffer> = run.buffers.iter().map(copy).collect();
     let [x, y, z] = run.grid;
     kiln_dsl::run(
@@ -406,9 +417,8 @@ fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
         &run.host_args(&run.buffers),
     )
     .unwrap_or_else(|e| panic!("{} {}: interpreter: {e}", case.name, run.label));
-    emulate::run(&program, Grid::new(x, y, z), &run.host_args(&emulated))
-        .unwrap_or_else(|e| panic!("{} {}: {e}", case.name, run.label));
-    cases::compare(&run.buffers, &emulated, case.tolerance)
+    emulate::run(program, Grid::new(x, y, z), &run.host_args(&emulated))?;
+    Ok(cases::compare(&run.buffers, &emulated, case.tolerance))
 }
 
 /// Every run of every GPU case (the thread program is the same for both targets, but for `dot`s
@@ -622,25 +632,22 @@ fn tiles_staged_in_a_tma_loop_take_a_buffer_of_its_ring() {
     let config = p.config(Target::Sm90a).unwrap().dkdv;
     let case = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, config);
     let mut program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
-    // The consumers' query loop's body, the innermost block with `wgmma`s (the loop over the
-    // group's heads holds the products of none): its barriers of all the consumers.
-    let mut barriers = Vec::new();
+    // The consumers' query loop's body, the block with the most `wgmma`s (the loop over the
+    // group's heads holds the products of none, the branch of dQ's warpgroup one): its
+    // barriers of all the consumers.
+    let mut blocks = Vec::new();
     let mut count = |block: &mut kiln_codegen::thread::Block| {
-        if block.insts.iter().any(|i| matches!(i.op, Op::Wgmma { .. })) {
-            // With a producer the consumers meet on a named barrier of theirs.
-            let consumers = config.num_warps * 32;
-            barriers.push(
-                block
-                    .insts
-                    .iter()
-                    .filter(|i| match i.op {
-                        Op::Barrier => true,
-                        Op::NamedBarrier { threads, wait, .. } => wait && threads == consumers,
-                        _ => false,
-                    })
-                    .count(),
-            );
-        }
+        let count = |f: &dyn Fn(&Op) -> bool| block.insts.iter().filter(|i| f(&i.op)).count();
+        // With a producer the consumers meet on a named barrier of theirs.
+        let consumers = config.num_warps * 32;
+        blocks.push((
+            count(&|op| matches!(op, Op::Wgmma { .. })),
+            count(&|op| match *op {
+                Op::Barrier => true,
+                Op::NamedBarrier { threads, wait, .. } => wait && threads == consumers,
+                _ => false,
+            }),
+        ));
     };
     fn each_block(
         block: &mut kiln_codegen::thread::Block,
@@ -651,8 +658,8 @@ fn tiles_staged_in_a_tma_loop_take_a_buffer_of_its_ring() {
     }
     each_block(&mut program.body, &mut count);
     assert_eq!(
-        barriers.last(),
-        Some(&1),
+        blocks.iter().max().map(|&(_, barriers)| barriers),
+        Some(1),
         "the query loop's barriers of the block"
     );
     for run in cases::runs(&case) {
@@ -1398,17 +1405,28 @@ fn the_emulator_finds_tma_stores_misused() {
 /// on sm_90a, from the tile its reductions share, instead of with per-thread atomics:
 /// query-major in one warpgroup (64 x 64 at D128) by one lane of the block, a slab at a time;
 /// key-major in two warpgroups (64 x 128, the table's), dQ transposed (`dQ^T = K^T dS^T`)
-/// through a transposed view of the accumulator, each warpgroup its own slabs. Both agree with the interpreter where the query
-/// loop goes round (40 x 555, two query heads a key/value head), and a reduction that does not
-/// wait for the last one's reads before its tile is written again is an error in the emulator.
+/// through a transposed view of the accumulator, each warpgroup its own slabs; or by turns,
+/// `dQ = dS K` whole by the warpgroup whose turn it is, which adds its slabs (a `dot` of one
+/// warpgroup), with a producer or without. All agree with the interpreter where the query
+/// loop goes round (40 x 555, two query heads a key/value head); a reduction that does not
+/// wait for the last one's reads before its tile is written again is an error in the
+/// emulator, and so is dQ by turns computed by both warpgroups or by neither.
 #[test]
 fn the_fused_backward_adds_dq_by_tma() {
     use kiln_codegen::thread::Op;
     let p = fused_d128_params();
     let one_warpgroup = KernelConfig::new(64, 64, 4, 2).on_wgmma();
     let two_warpgroups = KernelConfig::new(64, 128, 8, 2).on_wgmma();
-    // (config, reductions issued in the loop: 4 slabs by one lane, or 2 by each warpgroup's)
-    for (config, slabs) in [(one_warpgroup, 4), (two_warpgroups, 2)] {
+    // dQ by turns: the shipped configuration's, with and without its producer.
+    let shipped = p.config(Target::Sm90a).unwrap().dkdv;
+    let by_turns = [
+        two_warpgroups.with_dq_by_turns(),
+        shipped.with_dq_by_turns(),
+    ];
+    // (config, reductions issued in the loop: 4 slabs by one lane, 2 by each warpgroup's, or
+    // 4 by the lane of the warpgroup whose turn it is)
+    let configs = [(one_warpgroup, 4), (two_warpgroups, 2)];
+    for (config, slabs) in configs.into_iter().chain(by_turns.map(|c| (c, 4))) {
         let case = call_case(&p, AttentionKernel::DkDv, Target::Sm90a, config);
         let program = thread_program(&case.kernel, &case_options(&case, Target::Sm90a)).unwrap();
         let (mut reductions, mut atomics) = (0, 0);
@@ -1450,6 +1468,57 @@ fn the_fused_backward_adds_dq_by_tma() {
             err.to_string().contains("may still read it"),
             "{config}: {err}"
         );
+        if !config.dq_by_turns {
+            continue;
+        }
+        // dQ by the warpgroup whose turn it is: by both, or by neither, it is wrong.
+        let adds = |block: &kiln_codegen::thread::Block| {
+            block
+                .insts
+                .iter()
+                .any(|i| matches!(i.op, Op::TmaStore { add: true, .. }))
+        };
+        for both in [true, false] {
+            let mut edited = program.clone();
+            edit_ops(&mut edited.body, &mut |op| {
+                if let Op::If {
+                    then_block,
+                    else_block,
+                    ..
+                } = op
+                    && adds(then_block)
+                {
+                    match both {
+                        true => *else_block = then_block.clone(),
+                        false => *then_block = else_block.clone(),
+                    }
+                }
+            });
+            assert_ne!(edited, program, "dQ in a branch of its warpgroup's");
+            let wrong = match emulate_program(&case, &run, &edited) {
+                Ok(outcome) => outcome.mismatches > 0,
+                Err(_) => true,
+            };
+            assert!(
+                wrong,
+                "{config}: dQ by both warpgroups ({both}) or neither passed"
+            );
+        }
+        // Without the other warpgroup's arrival, the owner reads its staged dS^T unordered.
+        let mut unmet = program.clone();
+        drop_insts(&mut unmet.body, &|op| {
+            matches!(
+                op,
+                Op::NamedBarrier {
+                    wait: false,
+                    pred: Some(_),
+                    ..
+                }
+            )
+        });
+        assert_ne!(unmet, program, "the other warpgroup arrives for the owner");
+        let err = emulate_program(&case, &run, &unmet).unwrap_err();
+        assert!(err.to_string().contains("race"), "{config}: {err}");
     }
 }
 
@@ -3139,13 +3208,16 @@ fn wgmma_refusals_name_the_reason() {
         }),
         "invalid compile options: wgmma needs whole warpgroups: num_warps a multiple of 4, got 2"
     );
-    // 64 rows cannot give 8 warps 16 each.
+    // 64 rows at 8 warps are one warpgroup's, which computes a `dot` only into an `atomic_add`
+    // right after it, from zeros: not a GEMM's accumulator.
     let message = refused(CompileOptions {
         num_warps: 8,
         ..options
     });
     assert!(
-        message.contains("`dot`") && message.contains("wgmma with every warp along M"),
+        message.contains("`dot`")
+            && message.contains("one warpgroup computes it only from zeros")
+            && message.contains("zeros: false, added so: false"),
         "{message}"
     );
 }

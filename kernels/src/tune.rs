@@ -12,7 +12,8 @@ use kiln_runtime::Device;
 use crate::attention::check::Tolerance;
 use crate::attention::gpu::{self, Candidate, Overrides};
 use crate::attention::{
-    AttentionError, AttentionKernel, AttentionParams, KernelConfig, KeyLength, dkdv_key_major,
+    AttentionError, AttentionKernel, AttentionParams, KernelConfig, KeyLength, dkdv_dq_by_turns,
+    dkdv_key_major,
 };
 use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
@@ -70,6 +71,15 @@ pub fn candidates(
                                 .map(|c| c.with_uniform_warpgroup())
                                 .collect();
                             variants.extend(uniform);
+                        }
+                        // The fused dK/dV's two warpgroups of 64 query rows, each also with
+                        // dQ by turns.
+                        if kernel == AttentionKernel::DkDv
+                            && dkdv_dq_by_turns(fused_backward, wgmma.with_dq_by_turns())
+                        {
+                            let turns: Vec<KernelConfig> =
+                                variants.iter().map(|c| c.with_dq_by_turns()).collect();
+                            variants.extend(turns);
                         }
                         // The backward's, short of registers, each with its descriptors
                         // computed at issue too.

@@ -1,7 +1,7 @@
 //! One block of threads running a thread program in lockstep, and the numbers of each op as
 //! the GPU computes them. A register holds its value's bits in a `u64`, zero-extended.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use half::{bf16, f16};
 use kiln_dsl::TensorMapParams;
@@ -48,6 +48,7 @@ pub(super) fn run_block(
             progress: 0,
             registers: vec![crate::launch_registers(program.threads_per_block); threads],
             register_pool: 0,
+            named_arrivals: BTreeMap::new(),
         })),
         context: None,
         open_copies: vec![Vec::new(); threads],
@@ -125,6 +126,8 @@ pub(super) struct Common {
     /// ([`crate::launch_registers`]), and the block's pool of registers given back.
     pub registers: Vec<u32>,
     pub register_pool: u64,
+    /// The arrivals on each named barrier in a phase not yet complete, `(thread, time)`.
+    pub named_arrivals: BTreeMap<u64, Vec<(u32, u64)>>,
 }
 
 /// A lane that issues a TMA copy, and the copy's coordinates (innermost first).
@@ -377,15 +380,19 @@ impl<'a, 'g> BlockState<'a, 'g> {
                         Event::Named { id, threads, wait },
                     );
                 }
-                // Where all its threads meet at this instruction, the barrier orders what each
-                // did before it before what the waiting ones do next (an arrival elsewhere
-                // orders nothing here: the turns order no memory).
-                for (arriving, waiting) in met.values() {
-                    if arriving.len() == *threads as usize {
-                        let time = self.c().shared.tick();
-                        let arrivals: Vec<(u32, u64)> =
-                            arriving.iter().map(|&t| (t, time)).collect();
-                        self.c().shared.acquire(waiting, &arrivals);
+                // Once its count of threads arrived, here or at an earlier instruction
+                // (`bar.arrive` releases), the barrier orders what each did before it before
+                // what the ones waiting here do next. Arrivals after waits elsewhere (the
+                // turns: a warpgroup waits before the other arrives, which in lockstep it
+                // cannot) complete a phase no one waits at, which orders nothing.
+                let time = self.c().shared.tick();
+                for (id, (arriving, waiting)) in met {
+                    let common = self.c();
+                    let pending = common.named_arrivals.entry(id).or_default();
+                    pending.extend(arriving.iter().map(|&t| (t, time)));
+                    if pending.len() >= *threads as usize {
+                        let arrivals = std::mem::take(pending);
+                        common.shared.acquire(&waiting, &arrivals);
                     }
                 }
                 Ok(())
@@ -1031,7 +1038,13 @@ impl<'a, 'g> BlockState<'a, 'g> {
             }
         }
         let block = |side: bool| if side { then_block } else { else_block };
-        parts.retain(|&(_, _, side)| !block(side).insts.is_empty());
+        // A branch that yields nothing and does nothing is skipped.
+        let idle = |b: &Block| match b.insts.as_slice() {
+            [] => true,
+            [only] => matches!(&only.op, Op::Yield(values) if values.is_empty()),
+            _ => false,
+        };
+        parts.retain(|&(_, _, side)| !idle(block(side)));
         if let [(start, end, side)] = parts[..] {
             // The others skip it: this state's context runs it on these warps.
             let common = self.common.take();

@@ -146,6 +146,9 @@ struct Access {
     hi: u32,
     touched: bool,
     time: u64,
+    /// For a read, the last `wgmma` group (1-based) among its readers, 0 for none: such a read
+    /// ends only when its group is waited for.
+    group: u32,
 }
 
 const MANY: u32 = u32::MAX;
@@ -174,6 +177,8 @@ pub(super) struct Shared {
     open_group: u32,
     /// Every group up to this one is complete.
     retired_group: u32,
+    /// By group, when it was waited for (index 0 unused).
+    retire_times: Vec<u64>,
     /// The block's threads, and its clock: one tick per access.
     threads: u32,
     clock: u64,
@@ -203,6 +208,7 @@ impl Shared {
             fenced: vec![0; threads as usize],
             open_group: 1,
             retired_group: 0,
+            retire_times: vec![0],
         }
     }
 
@@ -215,6 +221,7 @@ impl Shared {
         let bits = self.read(offset, ty, thread)?;
         for at in self.range(offset, ty)? {
             self.async_reads[at] = self.open_group;
+            self.reads[at].group = self.open_group;
         }
         Ok(bits)
     }
@@ -242,7 +249,10 @@ impl Shared {
     /// `wgmma.wait_group pending`: all but the last `pending` committed groups are complete.
     pub fn wait_async(&mut self, pending: u32) {
         let committed = self.open_group - 1;
-        self.retired_group = self.retired_group.max(committed.saturating_sub(pending));
+        let retired = self.retired_group.max(committed.saturating_sub(pending));
+        let time = self.tick();
+        self.retire_times.resize(retired as usize + 1, time);
+        self.retired_group = retired;
     }
 
     /// Whether a committed `wgmma` group was never waited for.
@@ -351,17 +361,25 @@ impl Shared {
     /// Whether `access` comes before what `thread` does now: an earlier phase, its own, or
     /// one an `mbarrier` it waited for ordered.
     fn ordered(&self, access: Access, thread: u32) -> bool {
-        let acquired = match access.thread {
+        // A `wgmma`'s read ends when its group is waited for: only what follows that orders it.
+        let ended = match access.group {
+            0 => Some(access.time),
+            group => self
+                .retire_times
+                .get(group as usize)
+                .map(|&retired| retired.max(access.time)),
+        };
+        let acquired = ended.is_some_and(|ended| match access.thread {
             MANY => self.acquired_all.get(&thread).is_some_and(|ranges| {
-                ranges.iter().any(|&(lo, hi, time)| {
-                    lo <= access.lo && access.hi <= hi && access.time <= time
-                })
+                ranges
+                    .iter()
+                    .any(|&(lo, hi, time)| lo <= access.lo && access.hi <= hi && ended <= time)
             }),
             from => self
                 .acquired
                 .get(&(thread, from))
-                .is_some_and(|&time| access.time <= time),
-        };
+                .is_some_and(|&time| ended <= time),
+        });
         !access.touched || access.phase != self.phase || access.thread == thread || acquired
     }
 
@@ -427,6 +445,7 @@ impl Shared {
                 hi: thread,
                 touched: true,
                 time,
+                group: 0,
             };
         }
     }
@@ -467,6 +486,7 @@ impl Shared {
                 hi,
                 touched: true,
                 time,
+                group: if shared_read { read.group } else { 0 },
             };
             bits |= (self.bytes[at] as u64) << (8 * i);
         }
@@ -498,6 +518,7 @@ impl Shared {
                 hi: thread,
                 touched: true,
                 time,
+                group: 0,
             };
             self.bytes[at] = (bits >> (8 * i)) as u8;
         }

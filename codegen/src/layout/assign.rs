@@ -29,11 +29,12 @@ use kiln_dsl::passes::for_each_operand;
 use kiln_dsl::types::{DType, Elem, Type};
 
 use super::divisibility::Divisibility;
+use super::mma::MMA_M;
 use super::mma::{K_WIDTH, MmaV2, Operand};
 use super::pipeline::{self, OnceLoad, PipelinedLoad, PipelinedLoop};
 use super::swizzle::SwizzledShared;
 use super::tma_store::{self, TmaStore};
-use super::wgmma::MAX_N;
+use super::wgmma::{MAX_N, WARPS_PER_WARPGROUP, WGMMA_M};
 use super::{BlockedLayout, DotOperandLayout, Layout, MmaLayout, MmaVersion, SharedLayout};
 use crate::{CodegenError, CompileOptions, Stage};
 
@@ -93,6 +94,12 @@ pub struct LayoutAssignment {
     pub num_warps: u32,
     /// Whether a producer warpgroup issues the TMA loops' copies (`CompileOptions::producer`).
     pub producer: bool,
+    /// The `dot`s one warpgroup computes, by pre-order index, with the block pointer their
+    /// `atomic_add` adds into ([`Self::one_warpgroup_dot`]).
+    one_warpgroup_dots: BTreeMap<usize, Value>,
+    /// The staged operands of those after which the other warpgroups arrive for the owner
+    /// ([`Self::arrives_when_staged`]).
+    arrive_when_staged: Vec<Value>,
 }
 
 impl LayoutAssignment {
@@ -128,6 +135,26 @@ impl LayoutAssignment {
     /// Every pipelined loop, by the pre-order index of its `for`.
     pub fn pipelines(&self) -> impl Iterator<Item = (usize, &PipelinedLoop)> {
         self.pipelines.iter().map(|(&i, p)| (i, p))
+    }
+
+    /// Where the `dot` at `inst_index` is computed by one warpgroup of several, the block
+    /// pointer of the TMA reduction right after it, its one use, lowered with it. Its
+    /// accumulator is one warpgroup's 64 rows, in the `wgmma` layout of the program's warps
+    /// wrapped (every warpgroup's warps at the same rows). The warpgroups take such `dot`s by
+    /// turns, one an iteration of the loop around it, which computes and adds it while the
+    /// others go on (cuDNN's fused backward computes dQ so, docs/PERF.md, twenty-first
+    /// session).
+    pub fn one_warpgroup_dot(&self, inst_index: usize) -> Option<Value> {
+        self.one_warpgroup_dots.get(&inst_index).copied()
+    }
+
+    /// Whether the warpgroups whose turn it is not arrive for the owner of a `dot` of one
+    /// warpgroup as soon as `value` is staged, rather than at the `dot`: it is the last operand
+    /// of it that threads stage, in the `dot`'s own region (the staging's iteration is the
+    /// `dot`'s). They go on at once, and the owner, which waits for it, is not held up by
+    /// what they do in between (their own products).
+    pub fn arrives_when_staged(&self, value: Value) -> bool {
+        self.arrive_when_staged.contains(&value)
     }
 
     /// The TMA store of the `store_block` at `inst_index`, if it is one.
@@ -285,7 +312,54 @@ struct DotSite<'k> {
     inst: &'k Inst,
     lhs: Value,
     rhs: Value,
+    acc: Value,
     result: Value,
+}
+
+/// The operands of the `dot`s one warpgroup computes that the others arrive for when staged
+/// ([`LayoutAssignment::arrives_when_staged`]): for each, its operand staged last, where that
+/// is in the `dot`'s region.
+fn arrivals_when_staged(
+    kernel: &Kernel,
+    definitions: &[Option<&Op>],
+    dots: &[DotSite<'_>],
+    one_warpgroup_dots: &BTreeMap<usize, Value>,
+    conversions: &BTreeMap<usize, Vec<Conversion>>,
+) -> Vec<Value> {
+    let mut regions = Vec::new();
+    region_of_insts(&kernel.body, 0, &mut 0, &mut regions);
+    let staged_at = |value: Value| {
+        conversions.iter().find_map(|(&at, list)| {
+            list.iter()
+                .any(|c| c.value == value && c.kind == ConversionKind::Stage)
+                .then_some(at)
+        })
+    };
+    let source = |value: Value| match definitions[value.index()] {
+        Some(Op::Trans { value }) => *value,
+        _ => value,
+    };
+    dots.iter()
+        .filter(|dot| one_warpgroup_dots.contains_key(&dot.inst_index))
+        .filter_map(|dot| {
+            let (at, value) = [dot.lhs, dot.rhs]
+                .into_iter()
+                .filter_map(|v| staged_at(source(v)).map(|at| (at, source(v))))
+                .max()?;
+            (regions.get(at) == regions.get(dot.inst_index)).then_some(value)
+        })
+        .collect()
+}
+
+/// The region of each instruction, by pre-order index: a number of its own for each region.
+fn region_of_insts(region: &Region, id: usize, last: &mut usize, out: &mut Vec<usize>) {
+    for inst in &region.insts {
+        out.push(id);
+        for nested in nested_regions(&inst.op) {
+            *last += 1;
+            region_of_insts(nested, *last, last, out);
+        }
+    }
 }
 
 /// For every value a region defines (its parameters and its instructions' results), the
@@ -368,6 +442,8 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     // Uses of each value, and how many of them are `dot` operands (not accumulators).
     let mut uses = vec![0usize; count];
     let mut operand_uses = vec![0usize; count];
+    // The block pointer and value of each `atomic_add` of a block pointer, by pre-order index.
+    let mut block_atomic_adds: BTreeMap<usize, (Value, Value)> = BTreeMap::new();
     let mut refusal: Option<CodegenError> = None;
     let mut next = 0;
     walk_insts(&kernel.body, &mut next, &mut |inst_index, inst| {
@@ -420,8 +496,10 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 access(*value, pointee_bytes(kernel, *ptr));
             }
             Op::LoadBlock { ptr, .. } => access(results[0], pointee_bytes(kernel, *ptr)),
-            Op::StoreBlock { ptr, value, .. } | Op::AtomicAddBlock { ptr, value, .. } => {
-                access(*value, pointee_bytes(kernel, *ptr))
+            Op::StoreBlock { ptr, value, .. } => access(*value, pointee_bytes(kernel, *ptr)),
+            Op::AtomicAddBlock { ptr, value, .. } => {
+                access(*value, pointee_bytes(kernel, *ptr));
+                block_atomic_adds.insert(inst_index, (*ptr, *value));
             }
             Op::For { init, body, .. } => {
                 for (i, &init) in init.iter().enumerate() {
@@ -472,6 +550,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                     inst,
                     lhs: *lhs,
                     rhs: *rhs,
+                    acc: *acc,
                     result: results[0],
                 });
             }
@@ -505,11 +584,16 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         Layout::Blocked(BlockedLayout::coalesced(shape, bytes, options.num_warps))
     };
     let mut class_layout: BTreeMap<usize, Layout> = BTreeMap::new();
+    let mut one_warpgroup_dots = BTreeMap::new();
     // A dot's result and accumulator (and all that is tied to them: the loop-carried
     // accumulator, the scores and their elementwise math) get the mma accumulator layout.
     for dot in &dots {
         let root = classes.find(dot.result.index());
         let shape = kernel.ty(dot.result).shape();
+        if one_warpgroup_rows(options, shape[0]) {
+            let ptr = one_warpgroup_dot(kernel, &definitions, &uses, &block_atomic_adds, dot)?;
+            one_warpgroup_dots.insert(dot.inst_index, ptr);
+        }
         let mma = match class_layout.get(&root) {
             Some(Layout::Mma(mma)) => mma.as_v2(),
             _ => {
@@ -528,6 +612,10 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 class_layout.insert(root, Layout::Mma(layout));
                 mma
             }
+        };
+        let mma = match one_warpgroup_dots.contains_key(&dot.inst_index) {
+            true => MmaV2::new(WARPS_PER_WARPGROUP, 1),
+            false => mma,
         };
         mma.check_acc_shape([shape[0], shape[1]])
             .map_err(|m| unsupported(dot.inst, m))?;
@@ -742,6 +830,13 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
                 });
         }
     }
+    let arrive_when_staged = arrivals_when_staged(
+        kernel,
+        &definitions,
+        &dots,
+        &one_warpgroup_dots,
+        &conversions,
+    );
     let mut assignment = LayoutAssignment {
         layouts,
         conversions,
@@ -752,12 +847,27 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         divisibility: Divisibility::analyse(kernel, options)?,
         num_warps: options.num_warps,
         producer: options.producer,
+        one_warpgroup_dots,
+        arrive_when_staged,
     };
     let divisibility = assignment.divisibility.clone();
     super::hoist::apply(kernel, &mut assignment);
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
     assignment.tma_once = pipeline::once_loads(kernel, &divisibility, &mut assignment);
     tma_store::apply(kernel, &divisibility, &mut assignment);
+    // One warpgroup adds its tile through shared memory alone: by TMA.
+    for dot in &dots {
+        let by_tma = assignment
+            .tma_store_at(dot.inst_index + 1)
+            .is_some_and(|r| r.reduce);
+        if assignment.one_warpgroup_dot(dot.inst_index).is_some() && !by_tma {
+            return Err(unsupported(
+                dot.inst,
+                "one warpgroup's rows are added by TMA or not at all: the `atomic_add`'s \
+                 block pointer must describe its f32 array whole (sm_90a)",
+            ));
+        }
+    }
     Ok(assignment)
 }
 
@@ -776,10 +886,59 @@ fn wgmma_accumulator(
             "wgmma takes N a multiple of 8 up to {MAX_N}, got a [{m}, {n}] accumulator"
         ));
     }
+    // One warpgroup's rows: the layout wraps, the others' warps hold copies (or, for a dot by
+    // one warpgroup, nothing).
+    let rows = if one_warpgroup_rows(options, m) {
+        MMA_M * options.num_warps as usize
+    } else {
+        m
+    };
     MmaV2::new(options.num_warps, 1)
-        .check_acc_shape([m, n])
+        .check_acc_shape([rows, n])
         .map_err(|e| format!("wgmma with every warp along M: {e}"))?;
     Ok(Some(MmaLayout::v3(options.num_warps)))
+}
+
+/// Whether an accumulator of `m` rows is one warpgroup's in a program of several on `wgmma`:
+/// a `dot` one warpgroup computes ([`LayoutAssignment::one_warpgroup_dot`]).
+fn one_warpgroup_rows(options: &CompileOptions, m: usize) -> bool {
+    options.wgmma && options.num_warps > WARPS_PER_WARPGROUP && m == WGMMA_M
+}
+
+/// The block pointer that a `dot` of one warpgroup's rows in a program of several is added
+/// into, or a refusal unless one warpgroup alone can compute it: its accumulator starts from
+/// zeros (no copy carried from a turn of another warpgroup) and its one use is an `atomic_add`
+/// of a block pointer right after it, which the same warpgroup makes.
+fn one_warpgroup_dot(
+    kernel: &Kernel,
+    definitions: &[Option<&Op>],
+    uses: &[usize],
+    block_atomic_adds: &BTreeMap<usize, (Value, Value)>,
+    dot: &DotSite<'_>,
+) -> Result<Value, CodegenError> {
+    let zeros = match definitions[dot.acc.index()] {
+        Some(Op::Splat { value }) => matches!(
+            definitions[value.index()],
+            Some(Op::Constant(kiln_dsl::ir::Constant::Float(z))) if *z == 0.0
+        ),
+        _ => false,
+    };
+    let added = block_atomic_adds
+        .get(&(dot.inst_index + 1))
+        .filter(|&&(_, value)| value == dot.result && uses[value.index()] == 1);
+    if let (true, Some(&(ptr, _))) = (zeros, added) {
+        return Ok(ptr);
+    }
+    let added = added.is_some();
+    let shape = kernel.ty(dot.result).shape();
+    Err(unsupported(
+        dot.inst,
+        format!(
+            "a {shape:?} wgmma accumulator is one warpgroup's rows, and one warpgroup computes \
+             it only from zeros into an `atomic_add` of a block pointer right after it, its one \
+             use (zeros: {zeros}, added so: {added})"
+        ),
+    ))
 }
 
 fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {

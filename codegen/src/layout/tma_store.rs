@@ -66,6 +66,11 @@ pub struct TmaStore {
     /// last one's reads waited for before writing it, rather than from the drained loops'
     /// buffers: a reduction, or a store inside a loop.
     pub own_tile: bool,
+    /// The reduction of a `dot` one warpgroup computes
+    /// ([`LayoutAssignment::one_warpgroup_dot`]): that warpgroup writes the whole tile (one
+    /// band) and meets only its own warps; it met the others before the `dot`, once their
+    /// issuing lanes had waited for their last reductions' reads.
+    pub by_one_warpgroup: bool,
 }
 
 impl TmaStore {
@@ -234,7 +239,13 @@ fn reductions(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<
             continue;
         }
         let view = (ptr, value);
+        let by_one_warpgroup = index > 0 && assignment.one_warpgroup_dot(index - 1).is_some();
         if let Some(reduction) = through_shared(views, assignment, view, true) {
+            // One band: the warpgroup that computed it holds every row.
+            let reduction = TmaStore {
+                by_one_warpgroup,
+                ..reduction
+            };
             reductions.insert(index, reduction);
         }
     }
@@ -293,6 +304,7 @@ fn through_shared(
         bands,
         reduce,
         own_tile: reduce,
+        by_one_warpgroup: false,
     })
 }
 

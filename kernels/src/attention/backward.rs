@@ -348,6 +348,7 @@ pub fn attention_bwd_dkdv<
     const ACCUMULATE_DQ: bool,
     const KEY_MAJOR: bool,
     const EARLY_DP: bool,
+    const DQ_BY_TURNS: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
@@ -563,31 +564,51 @@ pub fn attention_bwd_dkdv<
                     delta_row = load(delta_block, [0]);
                 }
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
-                // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
-                // warpgroups share however few the query rows (FlashAttention-3's form). Before
-                // dK's product, so that its tile is written out while that one runs.
-                let dq_t = if ACCUMULATE_DQ {
-                    dot(trans(k_tile), ds_t)
-                } else {
-                    zeros([HEAD_DIM, BLOCK_M], f32)
-                };
-                dk_acc = dot(ds_t, q_tile, dk_acc);
-                if ACCUMULATE_DQ {
-                    // Added through a transposed view of the accumulator.
-                    let accum = make_block_ptr(
+                if ACCUMULATE_DQ && DQ_BY_TURNS {
+                    dk_acc = dot(ds_t, q_tile, dk_acc);
+                    // `dQ = dS K` whole (N = HEAD_DIM) by one warpgroup of a query tile's 64
+                    // rows, the warpgroups taking turns, while the others go on to the next
+                    // tile (cuDNN's form); its one use the reduction right after it.
+                    let accum = head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
                         dq_accum,
-                        [batches, heads_q, HEAD_DIM as i32, seqlen_q],
-                        [
-                            dq_accum_batch_stride,
-                            dq_accum_head_stride,
-                            1,
-                            HEAD_DIM as i64,
-                        ],
-                        [batch, head, 0, start_m],
-                        [HEAD_DIM, BLOCK_M],
-                        [0, 1],
+                        batches,
+                        heads_q,
+                        seqlen_q,
+                        dq_accum_batch_stride,
+                        dq_accum_head_stride,
+                        HEAD_DIM as i64,
+                        batch,
+                        head,
+                        start_m,
                     );
-                    atomic_add(accum, dq_t, [1]);
+                    atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
+                } else {
+                    // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
+                    // warpgroups share however few the query rows (FlashAttention-3's form).
+                    // Before dK's product, so that its tile is written out while that one runs.
+                    let dq_t = if ACCUMULATE_DQ {
+                        dot(trans(k_tile), ds_t)
+                    } else {
+                        zeros([HEAD_DIM, BLOCK_M], f32)
+                    };
+                    dk_acc = dot(ds_t, q_tile, dk_acc);
+                    if ACCUMULATE_DQ {
+                        // Added through a transposed view of the accumulator.
+                        let accum = make_block_ptr(
+                            dq_accum,
+                            [batches, heads_q, HEAD_DIM as i32, seqlen_q],
+                            [
+                                dq_accum_batch_stride,
+                                dq_accum_head_stride,
+                                1,
+                                HEAD_DIM as i64,
+                            ],
+                            [batch, head, 0, start_m],
+                            [HEAD_DIM, BLOCK_M],
+                            [0, 1],
+                        );
+                        atomic_add(accum, dq_t, [1]);
+                    }
                 }
             }
             q_block = advance(q_block, [BLOCK_M, 0]);

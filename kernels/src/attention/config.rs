@@ -116,6 +116,10 @@ pub struct KernelConfig {
     /// consumer warpgroups 240 (a configuration with a producer; docs/PERF.md,
     /// twenty-first session).
     pub lean_producer: bool,
+    /// The fused dK/dV's dQ by turns: key-major with a query tile of one warpgroup's 64 rows
+    /// and two warpgroups, each tile's `dQ = dS K` computed whole by one of them, the two
+    /// taking turns ([`super::dkdv_dq_by_turns`]).
+    pub dq_by_turns: bool,
 }
 
 impl KernelConfig {
@@ -136,6 +140,7 @@ impl KernelConfig {
             uniform_warpgroup: false,
             descriptors_at_issue: false,
             lean_producer: false,
+            dq_by_turns: false,
         }
     }
 
@@ -175,6 +180,14 @@ impl KernelConfig {
     pub const fn with_lean_producer(self) -> KernelConfig {
         KernelConfig {
             lean_producer: true,
+            ..self
+        }
+    }
+
+    /// The same configuration, the fused dK/dV's dQ by turns.
+    pub const fn with_dq_by_turns(self) -> KernelConfig {
+        KernelConfig {
+            dq_by_turns: true,
             ..self
         }
     }
@@ -228,11 +241,14 @@ impl std::fmt::Display for KernelConfig {
         if self.descriptors_at_issue {
             write!(f, ", descriptors at issue")?;
         }
+        if self.dq_by_turns {
+            write!(f, ", dQ by turns")?;
+        }
         Ok(())
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue]]`,
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:turns]]`,
 /// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
@@ -241,7 +257,7 @@ impl std::str::FromStr for KernelConfig {
         let refuse = || {
             format!(
                 "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
-                 [:uniform][:at-issue]], got `{text}`"
+                 [:uniform][:at-issue][:turns]], got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
@@ -253,6 +269,7 @@ impl std::str::FromStr for KernelConfig {
             }
             found
         };
+        let turns = flag("turns");
         let at_issue = flag("at-issue");
         let uniform = flag("uniform");
         let lean = flag("lean");
@@ -274,32 +291,20 @@ impl std::str::FromStr for KernelConfig {
             number(warps)? as u32,
             number(stages)? as u32,
         );
-        let config = if wgmma { config.on_wgmma() } else { config };
-        let config = if producer {
-            config.with_producer()
-        } else {
-            config
-        };
-        let config = if persistent {
-            config.persistent()
-        } else {
-            config
-        };
-        let config = if lean {
-            config.with_lean_producer()
-        } else {
-            config
-        };
-        let config = if uniform {
-            config.with_uniform_warpgroup()
-        } else {
-            config
-        };
-        Ok(if at_issue {
-            config.with_descriptors_at_issue()
-        } else {
-            config
-        })
+        type With = fn(KernelConfig) -> KernelConfig;
+        let knobs: [(bool, With); 7] = [
+            (wgmma, KernelConfig::on_wgmma),
+            (producer, KernelConfig::with_producer),
+            (persistent, KernelConfig::persistent),
+            (lean, KernelConfig::with_lean_producer),
+            (uniform, KernelConfig::with_uniform_warpgroup),
+            (at_issue, KernelConfig::with_descriptors_at_issue),
+            (turns, KernelConfig::with_dq_by_turns),
+        ];
+        Ok(knobs.into_iter().fold(
+            config,
+            |config, (on, with)| if on { with(config) } else { config },
+        ))
     }
 }
 
@@ -633,7 +638,22 @@ mod tests {
             "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, \
              descriptors at issue"
         );
+        let turns: KernelConfig = "64x128:8:2:wgmma:producer:lean:turns".parse().unwrap();
+        assert_eq!(
+            turns,
+            KernelConfig::new(64, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .with_lean_producer()
+                .with_dq_by_turns()
+        );
+        assert_eq!(
+            turns.to_string(),
+            "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, dQ by turns"
+        );
         for bad in [
+            "64x128:8:2:turns",
+            "64x128:8:2:wgmma:turns:uniform",
             "128x64:4",
             "128:4:2",
             "128x64:4:2:mma",
@@ -718,5 +738,21 @@ mod tests {
         assert!(dkdv_early_dp(dkdv(128, false, false, Target::Sm90a)));
         assert!(dkdv_early_dp(KernelConfig::new(64, 64, 8, 2)));
         assert!(!dkdv_early_dp(KernelConfig::new(64, 128, 8, 2)));
+    }
+
+    /// dQ by turns where asked, in the fused dK/dV of two warpgroups of 64 query rows only.
+    #[test]
+    fn dq_goes_by_turns_where_asked_and_one_warpgroup_holds_a_query_tile() {
+        use crate::attention::dkdv_dq_by_turns;
+        let fused = config(128, false, true, Target::Sm90a, KeyLength::Medium)
+            .unwrap()
+            .dkdv;
+        assert!(!dkdv_dq_by_turns(true, fused), "not in the table");
+        assert!(dkdv_dq_by_turns(true, fused.with_dq_by_turns()));
+        assert!(!dkdv_dq_by_turns(false, fused.with_dq_by_turns()));
+        let one_warpgroup = KernelConfig::new(64, 64, 4, 2).on_wgmma();
+        assert!(!dkdv_dq_by_turns(true, one_warpgroup.with_dq_by_turns()));
+        let query_major = KernelConfig::new(128, 128, 8, 2).on_wgmma();
+        assert!(!dkdv_dq_by_turns(true, query_major.with_dq_by_turns()));
     }
 }

@@ -42,7 +42,7 @@ impl Candidate {
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}{}",
+            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
@@ -57,7 +57,8 @@ impl Candidate {
                 "_at_issue"
             } else {
                 ""
-            }
+            },
+            if c.dq_by_turns { "_turns" } else { "" }
         )
     }
 }

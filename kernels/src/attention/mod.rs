@@ -229,9 +229,7 @@ impl AttentionParams {
     }
 
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`, with
-    /// the forward's flags ([`forward_flags`]); for the fused backward dK/dV adds dQ into an
-    /// accumulator, and computes key-major where [`dkdv_key_major`] says, dP early where
-    /// [`dkdv_early_dp`] does.
+    /// the forward's flags ([`forward_flags`]) or dK/dV's ([`dkdv_flags`]).
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
@@ -248,10 +246,9 @@ impl AttentionParams {
             AttentionKernel::Forward => forward_flags(self.head_dim, config)
                 .into_iter()
                 .fold(spec, |spec, (name, on)| spec.flag(name, on)),
-            AttentionKernel::DkDv => spec
-                .flag("ACCUMULATE_DQ", self.fused_backward)
-                .flag("KEY_MAJOR", dkdv_key_major(self.fused_backward, config))
-                .flag("EARLY_DP", dkdv_early_dp(config)),
+            AttentionKernel::DkDv => dkdv_flags(self.fused_backward, config)
+                .into_iter()
+                .fold(spec, |spec, (name, on)| spec.flag(name, on)),
             _ => spec,
         }
     }
@@ -303,6 +300,35 @@ pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, b
             config.wgmma && (config.persistent || matches!(head_dim, 32 | 128)),
         ),
     ]
+}
+
+/// dK/dV's flags in `config`: for the fused backward it adds dQ into an accumulator
+/// (`ACCUMULATE_DQ`); it computes key-major where [`dkdv_key_major`] says, dP early where
+/// [`dkdv_early_dp`] does, and dQ by one warpgroup a query tile where [`dkdv_dq_by_turns`]
+/// does.
+pub fn dkdv_flags(fused_backward: bool, config: KernelConfig) -> [(&'static str, bool); 4] {
+    [
+        ("ACCUMULATE_DQ", fused_backward),
+        ("KEY_MAJOR", dkdv_key_major(fused_backward, config)),
+        ("EARLY_DP", dkdv_early_dp(config)),
+        ("DQ_BY_TURNS", dkdv_dq_by_turns(fused_backward, config)),
+    ]
+}
+
+/// Whether the fused dK/dV, key-major, computes each query tile's `dQ = dS K` whole in one
+/// warpgroup, the warpgroups taking turns (cuDNN's form), rather than `dQ^T = K^T dS^T` split
+/// over them: where `config` asks for it ([`KernelConfig::dq_by_turns`]) and the query tile is
+/// one warpgroup's 64 rows in a program of several (kiln-codegen's
+/// `LayoutAssignment::one_warpgroup_dot`). Its products are N = HEAD_DIM wide and a warpgroup
+/// whose turn it is not goes on to the next tile, but the owner's product, wait and reduction
+/// lie on the path from one tile to the next: the fused D128 0.97-0.99x (run 267,
+/// docs/PERF.md, twenty-second session), not in the table.
+pub fn dkdv_dq_by_turns(fused_backward: bool, config: KernelConfig) -> bool {
+    config.dq_by_turns
+        && fused_backward
+        && dkdv_key_major(fused_backward, config)
+        && config.block_m == 64
+        && config.num_warps > 4
 }
 
 /// Whether dK/dV computes key-major (`S^T = K Q^T`, every product's A operand from registers):

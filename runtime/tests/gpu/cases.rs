@@ -15,7 +15,9 @@ mod sliding_window;
 use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
-use kiln_kernels::attention::{AttentionParams, Tensor, cpu, plan, prebuilt};
+use kiln_kernels::attention::{
+    AttentionKernel, AttentionParams, Tensor, cpu, dkdv_dq_by_turns, plan, prebuilt,
+};
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
 /// `out = x + y`, masked past `n`: the first kernel to run end to end.
@@ -436,6 +438,35 @@ pub fn cases() -> Vec<Case> {
             uniform_warpgroup: s.config.uniform_warpgroup,
             descriptors_at_issue: s.config.descriptors_at_issue,
             lean_producer: s.config.lean_producer,
+        });
+    }
+    // The fused D128 dK/dV with dQ by turns (not in the table): a `dot` of one warpgroup, the
+    // warpgroups meeting on a pair of barriers, one arriving and one waiting.
+    for s in prebuilt::shipped() {
+        let config = s.config.with_dq_by_turns();
+        let fused = s.spec.get("ACCUMULATE_DQ") == Some(SpecValue::Bool(true));
+        if s.kernel != AttentionKernel::DkDv || !dkdv_dq_by_turns(fused, config) {
+            continue;
+        }
+        let spec = s.spec.clone().flag("DQ_BY_TURNS", true);
+        let kernel = s.kernel.build(&spec).expect("dQ by turns builds");
+        let dtype = kernel
+            .spec
+            .dtype_param("T")
+            .expect("attention kernels have a T");
+        cases.push(Case {
+            name: format!("{}_turns", s.name),
+            divisibility: prebuilt::divisibility(s.kernel),
+            tolerance: attention_tolerance(kernel.name(), dtype),
+            kernel,
+            num_warps: config.num_warps,
+            num_stages: config.num_stages,
+            target: s.target,
+            wgmma: config.wgmma,
+            producer: config.producer,
+            uniform_warpgroup: config.uniform_warpgroup,
+            descriptors_at_issue: config.descriptors_at_issue,
+            lean_producer: config.lean_producer,
         });
     }
     for target in Target::ALL {

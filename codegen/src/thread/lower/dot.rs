@@ -417,6 +417,10 @@ impl Lowering<'_> {
         self.write_tile(&map, &regs, &tile, Addressing::PerAccess);
         self.pending.writes = true;
         self.shared_tiles.insert(value, tile);
+        self.staged_by_threads.insert(value);
+        if self.layouts.arrives_when_staged(value) {
+            self.arrive_for_the_owner();
+        }
         Ok(())
     }
 
@@ -483,6 +487,9 @@ impl Lowering<'_> {
             )
         })?;
         self.shared_tiles.insert(inst.results[0], tile.transposed());
+        if self.staged_by_threads.contains(&value) {
+            self.staged_by_threads.insert(inst.results[0]);
+        }
         Ok(())
     }
 
@@ -725,8 +732,11 @@ impl Lowering<'_> {
             return Err(unsupported(inst, "expected an mma accumulator layout"));
         };
         let mma = layout.as_v2();
+        if let Some(ptr) = self.layouts.one_warpgroup_dot(self.current_inst) {
+            return self.one_warpgroup_dot(inst, [lhs, rhs, acc], ptr);
+        }
         if self.issues_wgmma(inst) {
-            return self.wgmma_dot(inst, mma, [lhs, rhs, acc]);
+            return self.wgmma_dot(inst, mma, [lhs, rhs, acc], true);
         }
         let (a_shape, b_shape) = (self.shape(lhs), self.shape(rhs));
         let (a_shape, b_shape) = ([a_shape[0], a_shape[1]], [b_shape[0], b_shape[1]]);

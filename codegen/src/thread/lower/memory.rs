@@ -10,7 +10,8 @@ use kiln_dsl::types::DType;
 use super::dot::{Addressing, SharedBase, SharedTile, aligned_tile_bytes};
 use super::turns::{FIRST_TURN, WARPGROUP_THREADS};
 use super::{Lowering, Result, memory_type, unsupported};
-use crate::layout::{THREADS_PER_WARP, ThreadMap, TmaStore};
+use crate::layout::wgmma::WARPS_PER_WARPGROUP;
+use crate::layout::{Layout, MmaLayout, THREADS_PER_WARP, ThreadMap, TmaStore};
 use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
 
 /// The most one thread moves in one vector access: `ld.global.v4.b32`.
@@ -388,9 +389,16 @@ impl Lowering<'_> {
         let [rows, cols] = <[usize; 2]>::try_from(shape.as_slice())
             .map_err(|_| unsupported(inst, "expected a 2-D tile to store by TMA"))?;
         let regs = self.regs(store.value)?;
-        let map = self
-            .value_map(inst, store.value)?
-            .ok_or_else(|| unsupported(inst, "expected a tile to store by TMA"))?;
+        // One warpgroup's tile: its own warps' fragments, wherever the warpgroup is.
+        let map = match store.by_one_warpgroup {
+            true => Some(self.map(
+                inst,
+                &Layout::Mma(MmaLayout::v3(WARPS_PER_WARPGROUP)),
+                &shape,
+            )?),
+            false => self.value_map(inst, store.value)?,
+        }
+        .ok_or_else(|| unsupported(inst, "expected a tile to store by TMA"))?;
         let start = if store.own_tile {
             self.reduction_tile
         } else {
@@ -404,7 +412,10 @@ impl Lowering<'_> {
             layout: store.shared.swizzled([rows, cols]),
             elem: memory_type(self.dtype(store.value)),
         };
-        if store.own_tile {
+        if store.by_one_warpgroup {
+            // The owner met the others after their last reductions' reads
+            // ([`Self::one_warpgroup_dot`]).
+        } else if store.own_tile {
             // The last store from it may still read the tile (every thread waits: only the
             // issuing lanes have bulk groups).
             self.emit_effect(Op::BulkWaitRead);
@@ -416,11 +427,19 @@ impl Lowering<'_> {
         }
         self.write_tile(&map, &regs, &tile, Addressing::Shared);
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
-        // writes are fenced and met (the whole block's where one band is all rows).
-        let warpgroup = self.band_barrier(store.bands, true);
-        let in_group = match warpgroup {
-            None => self.tid,
-            Some(_) => {
+        // writes are fenced and met (the whole block's where one band is all rows; one
+        // warpgroup's own, a barrier of each, where it wrote the whole tile).
+        let warpgroup = match store.by_one_warpgroup {
+            true => {
+                let warpgroups = self.layouts.num_warps / WARPS_PER_WARPGROUP;
+                self.band_barrier(warpgroups as usize, true);
+                None
+            }
+            false => self.band_barrier(store.bands, true),
+        };
+        let in_group = match (warpgroup, store.by_one_warpgroup) {
+            (None, false) => self.tid,
+            _ => {
                 let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
                 self.int(IntOp::And, self.tid, mask)
             }

@@ -22,7 +22,7 @@ mod refill;
 mod turns;
 mod wgmma;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
 use kiln_dsl::passes::for_each_operand;
@@ -118,6 +118,8 @@ fn lower_in(
         reduction_tile: plan.reduction,
         bulk_stores: false,
         shared_tiles: HashMap::new(),
+        staged_by_threads: HashSet::new(),
+        arrived_for_owner: false,
         buffered: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
@@ -254,6 +256,12 @@ pub(super) struct Lowering<'a> {
     bulk_stores: bool,
     /// The tiles in shared memory `dot` reads, by value: staged ones and views of them.
     shared_tiles: HashMap<Value, SharedTile>,
+    /// The tiles of `shared_tiles` that threads wrote (staged operands and their `trans`
+    /// views), not TMA: what a `wgmma` must not read before a barrier while writes are pending.
+    staged_by_threads: HashSet<Value>,
+    /// Whether the warpgroups whose turn it is not arrived for the owner of the next `dot` of
+    /// one warpgroup when its operand was staged ([`wgmma`]'s `arrive_for_the_owner`).
+    arrived_for_owner: bool,
     /// The buffer of this iteration (a shared pointer) of each pipelined load read into
     /// registers, by value.
     buffered: HashMap<Value, Reg>,
@@ -788,6 +796,8 @@ impl Lowering<'_> {
                 boundary_check,
             } => {
                 match self.layouts.tma_store_at(self.current_inst) {
+                    // Lowered with the `dot` one warpgroup computes.
+                    Some(reduction) if reduction.by_one_warpgroup => {}
                     Some(reduction) => self.store_block_by_tma(inst, *ptr, reduction)?,
                     None => self.store_block(inst, *ptr, *value, boundary_check, true)?,
                 }

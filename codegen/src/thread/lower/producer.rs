@@ -388,6 +388,7 @@ impl Lowering<'_> {
         self.fields.clear();
         self.uniform_warpgroup = None;
         self.shared_tiles.clear();
+        self.staged_by_threads.clear();
         self.buffered.clear();
         self.once_loads.clear();
         self.releases.clear();

@@ -48,6 +48,11 @@ pub(super) const WARPGROUP_THREADS: u32 = WARPS_PER_WARPGROUP * THREADS_PER_WARP
 /// Those after the last warpgroup's are free for other uses.
 pub(super) const FIRST_TURN: i64 = 1;
 
+/// The first of the two named barriers, by iteration parity, where the owner of a `dot` of one
+/// warpgroup meets the other (`wgmma.rs`): after two warpgroups' turns and their bands' (a TMA
+/// store's, `FIRST_TURN + 2 + w`).
+pub(super) const OWNER_BARRIERS: i64 = FIRST_TURN + 4;
+
 /// One pipelined loop's turns while its body is lowered, or the whole program's.
 pub(super) struct Turns {
     /// The named barrier of this warpgroup's turn, and of the next one's.

@@ -15,13 +15,16 @@
 //! ```
 //!
 //! A `dot` of a zero accumulator issues its first step with `scale-d` false: no register is
-//! set to zero for it. Each descriptor is its tile's base plus a constant, added by LLVM or,
+//! set to zero for it. A `dot` of one warpgroup's rows in a program of several is issued by
+//! one warpgroup, by turns, in a branch with the reduction that is its one use
+//! ([`Lowering::one_warpgroup_dot`]). Each descriptor is its tile's base plus a constant, added by LLVM or,
 //! with [`crate::CompileOptions::descriptors_at_issue`], in the statement itself.
 
 use kiln_dsl::ir::{Constant as TileConstant, Inst as TileInst, Op as TileOp, Value};
 
+use super::dot::Pending;
 use super::dot::{Fragments, SharedTile};
-use super::turns::WARPGROUP_THREADS;
+use super::turns::{OWNER_BARRIERS, WARPGROUP_THREADS};
 use super::{Lowering, Result, unsupported};
 use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, Operand};
 use crate::layout::wgmma::{
@@ -29,7 +32,8 @@ use crate::layout::wgmma::{
 };
 use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion};
 use crate::thread::ir::{
-    Cast, Constant, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaDesc, WgmmaStep,
+    Block, Cast, Constant, Inst, IntCmp, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaDesc,
+    WgmmaStep,
 };
 use crate::{CodegenError, Stage};
 
@@ -87,12 +91,14 @@ struct Descriptors {
 
 impl Lowering<'_> {
     /// `lhs [M, K] @ rhs [K, N] + acc` with the accumulator in `mma`'s fragments (every warp
-    /// along M).
+    /// along M); the group takes its warpgroup's turn at the tensor cores where they take
+    /// turns and `turn` says so.
     pub(super) fn wgmma_dot(
         &mut self,
         inst: &TileInst,
         mma: MmaV2,
         [lhs, rhs, acc]: [Value; 3],
+        turn: bool,
     ) -> Result<Vec<Reg>> {
         let (a_shape, b_shape) = (self.shape(lhs), self.shape(rhs));
         let (a_shape, b_shape) = ([a_shape[0], a_shape[1]], [b_shape[0], b_shape[1]]);
@@ -127,12 +133,18 @@ impl Lowering<'_> {
             None => Some(self.descriptors(inst, lhs, true, rows_per_rep)?),
         };
         let b_descriptors = self.descriptors(inst, rhs, false, rows_per_rep)?;
-        if self.pending.writes {
+        // Threads' writes to a tile it reads land first (TMA's are the `mbarrier`s' to order).
+        let reads_staged = [(lhs, a_descriptors.is_some()), (rhs, true)]
+            .iter()
+            .any(|&(v, shared)| shared && self.staged_by_threads.contains(&v));
+        if self.pending.writes && reads_staged {
             self.barrier();
         }
         self.pending.reads = true;
 
-        self.take_turn();
+        if turn {
+            self.take_turn();
+        }
         // Everything the wgmmas read from registers is written before the fence.
         self.emit_effect(Op::WgmmaFence);
         let a_passed = a_registers.unwrap_or_default();
@@ -176,6 +188,177 @@ impl Lowering<'_> {
         let group = self.in_flight.committed;
         self.in_flight.dots.push((inst.results[0], group));
         Ok(acc_regs)
+    }
+
+    /// A `dot` one warpgroup computes and the TMA reduction after it, its one use
+    /// ([`crate::layout::LayoutAssignment::one_warpgroup_dot`]): the warpgroup whose index is
+    /// the enclosing loop's iteration count modulo the warpgroups (the owner) issues its
+    /// `wgmma`s (one warpgroup's, A's rows from 0), waits for them and adds the tile, in a
+    /// branch the others skip. Before it the owner waits for the others, each of which arrived
+    /// once its issuing lanes had waited for their last reductions' reads: the staged operands
+    /// are written, and the tile is free whichever warpgroup wrote it last. The value is bound
+    /// to no register: nothing else reads it.
+    ///
+    /// ```text
+    /// wgmma.wait_group 0                      // the groups in flight
+    /// [cp.async.bulk.wait_group.read 0; fence.proxy.async; @other bar.arrive]  // or earlier
+    /// @owner bar.sync                         // a barrier of the iteration's parity
+    /// if owner:
+    ///     wgmma.fence; wgmma.mma_async ..; wgmma.commit_group; wgmma.wait_group 0
+    ///     the tile into shared memory; fence.proxy.async; bar.sync (its own warps)
+    ///     its first warp: cp.reduce.async.bulk.tensor .add, a slab each
+    /// ```
+    pub(super) fn one_warpgroup_dot(
+        &mut self,
+        inst: &TileInst,
+        operands: [Value; 3],
+        ptr: Value,
+    ) -> Result<Vec<Reg>> {
+        let Some(reduction) = self
+            .layouts
+            .tma_store_at(self.current_inst + 1)
+            .filter(|r| r.by_one_warpgroup)
+            .cloned()
+        else {
+            return Err(CodegenError::internal(
+                Stage::Thread,
+                "a dot of one warpgroup without its TMA reduction",
+            ));
+        };
+        // The groups in flight end first: their accumulators and register operands beside this
+        // one's would leave ptxas too few registers, and it would serialise every `wgmma`.
+        self.wait_for_all();
+        let [turn, own] = self.iteration_warpgroup();
+        let owner = self.icmp(IntCmp::Eq, own, turn);
+        let other = self.icmp(IntCmp::Ne, own, turn);
+        if std::mem::take(&mut self.arrived_for_owner) {
+            self.fence_for_the_owner();
+            self.owner_barrier(turn, true, owner);
+        } else {
+            self.emit_effect(Op::BulkWaitRead);
+            self.meet_the_owner(turn, [owner, other]);
+        }
+        let outer = self.in_flight.enter();
+        self.blocks.push(Vec::new());
+        let lowered = self
+            .wgmma_dot(inst, MmaV2::new(WARPS_PER_WARPGROUP, 1), operands, false)
+            .and_then(|regs| {
+                self.bind(inst.results[0], regs);
+                self.wait_for_all();
+                self.store_block_by_tma(inst, ptr, &reduction)
+            });
+        let mut insts = self.blocks.pop().unwrap_or_default();
+        self.in_flight.leave(outer);
+        lowered?;
+        let yield_nothing = || Inst {
+            results: Vec::new(),
+            op: Op::Yield(Vec::new()),
+            loc: self.loc,
+        };
+        insts.push(yield_nothing());
+        let skipped = vec![yield_nothing()];
+        self.push(Inst {
+            results: Vec::new(),
+            op: Op::If {
+                cond: owner,
+                then_block: Block { insts },
+                else_block: Block { insts: skipped },
+            },
+            loc: self.loc,
+        });
+        Ok(Vec::new())
+    }
+
+    /// Before a `dot` of one warpgroup (every thread's last reductions' reads waited for): with
+    /// two warpgroups, the other arrives on a barrier of the iteration's parity and goes on,
+    /// and the owner waits there for it (its staged operands written, its reductions' reads
+    /// done), so that neither waits for the other every iteration; a barrier of the block with
+    /// more. Two barriers by turns: a warpgroup that arrived goes on to the next iteration's,
+    /// which it owns and waits at, and can come back to this one only once the other has
+    /// passed it.
+    fn meet_the_owner(&mut self, turn: Reg, [owner, other]: [Reg; 2]) {
+        if !self.owner_barrier_pairs() {
+            return self.barrier();
+        }
+        self.fence_for_the_owner();
+        self.owner_barrier(turn, false, other);
+        self.owner_barrier(turn, true, owner);
+    }
+
+    /// After the last operand of a `dot` of one warpgroup that threads stage, where it is in
+    /// the `dot`'s region ([`crate::layout::LayoutAssignment::arrives_when_staged`]): the
+    /// warpgroup whose turn it is not arrives for the owner there (what [`Self::meet_the_owner`]
+    /// does at the `dot`), and the owner only waits at the `dot`.
+    pub(super) fn arrive_for_the_owner(&mut self) {
+        if !self.owner_barrier_pairs() {
+            return;
+        }
+        self.emit_effect(Op::BulkWaitRead);
+        let [turn, own] = self.iteration_warpgroup();
+        let other = self.icmp(IntCmp::Ne, own, turn);
+        self.fence_for_the_owner();
+        self.owner_barrier(turn, false, other);
+        self.arrived_for_owner = true;
+    }
+
+    /// Whether the owner of a `dot` of one warpgroup and the other warpgroup meet on a pair
+    /// of barriers, one arriving and one waiting: with two warpgroups.
+    fn owner_barrier_pairs(&self) -> bool {
+        self.layouts.num_warps / WARPS_PER_WARPGROUP == 2
+    }
+
+    /// Before the others arrive for the owner, or it waits: staged writes fenced for its
+    /// `wgmma`s (the owner's warps' too, which its wait orders among them).
+    fn fence_for_the_owner(&mut self) {
+        self.pass_turn();
+        if self.pending.writes {
+            self.emit_effect(Op::FenceProxyAsync);
+        }
+        // What the other warpgroup reads of staged tiles may still be read.
+        self.pending = Pending {
+            reads: true,
+            writes: false,
+        };
+    }
+
+    /// The owner's barrier of the iteration `turn`: the others arrive (`wait` false), the
+    /// owner waits, each where `pred` holds.
+    fn owner_barrier(&mut self, turn: Reg, wait: bool, pred: Reg) {
+        let first = self.i32_const(OWNER_BARRIERS);
+        let id = self.int(IntOp::Add, first, turn);
+        self.emit_effect(Op::NamedBarrier {
+            id,
+            threads: self.threads,
+            wait,
+            pred: Some(pred),
+        });
+    }
+
+    /// Whose turn this iteration of the innermost loop is (its count modulo the warpgroups;
+    /// warpgroup 0's outside loops), and this thread's warpgroup. Any choice the warpgroups
+    /// agree on would be correct; taking turns shares the work.
+    fn iteration_warpgroup(&mut self) -> [Reg; 2] {
+        let warpgroups = (self.layouts.num_warps / WARPS_PER_WARPGROUP) as i64;
+        let turn = match self.loop_counter {
+            Some([iv, lower, step]) => {
+                let done = self.int(IntOp::Sub, iv, lower);
+                let count = self.int(IntOp::SDiv, done, step);
+                let warpgroups = self.int_const(self.ty(count), warpgroups);
+                let turn = self.int(IntOp::SRem, count, warpgroups);
+                match self.ty(turn) {
+                    Type::I32 => turn,
+                    _ => self.emit(Op::Cast(Cast::Trunc, turn), Type::I32),
+                }
+            }
+            None => self.i32_const(0),
+        };
+        let own = if self.uniform_descriptors {
+            self.uniform_warpgroup()
+        } else {
+            let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
+            self.int(IntOp::LShr, self.tid, shift)
+        };
+        [turn, own]
     }
 
     /// Whether `value` is a tile of zeros (a splat of the constant 0), which a `wgmma` need

@@ -319,10 +319,9 @@ fn table_entry(
         }
     }
     if kernel == AttentionKernel::DkDv {
-        let on = attention::dkdv_key_major(fused, config);
-        from_table.push(("KEY_MAJOR", Some(SpecValue::Bool(on))));
-        let early = attention::dkdv_early_dp(config);
-        from_table.push(("EARLY_DP", Some(SpecValue::Bool(early))));
+        for (flag, on) in attention::dkdv_flags(fused, config) {
+            from_table.push((flag, Some(SpecValue::Bool(on))));
+        }
     }
     for (param, shipped) in from_table {
         let Some(shipped) = shipped else { continue };

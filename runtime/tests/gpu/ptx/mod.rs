@@ -4,6 +4,10 @@
 
 #[rustfmt::skip]
 pub const PTX: &[(&str, &str, u32)] = &[
+    ("attention_bwd_dkdv_bf16_d128_causal_fused_sm_90a_turns", include_str!("attention_bwd_dkdv_bf16_d128_causal_fused_sm_90a_turns.ptx"), 200832),
+    ("attention_bwd_dkdv_bf16_d128_fused_sm_90a_turns", include_str!("attention_bwd_dkdv_bf16_d128_fused_sm_90a_turns.ptx"), 200832),
+    ("attention_bwd_dkdv_f16_d128_causal_fused_sm_90a_turns", include_str!("attention_bwd_dkdv_f16_d128_causal_fused_sm_90a_turns.ptx"), 200832),
+    ("attention_bwd_dkdv_f16_d128_fused_sm_90a_turns", include_str!("attention_bwd_dkdv_f16_d128_fused_sm_90a_turns.ptx"), 200832),
     ("column_sums_f16_m32_n64_w4_sm_80", include_str!("column_sums_f16_m32_n64_w4_sm_80.ptx"), 0),
     ("column_sums_f16_m32_n64_w4_sm_90a", include_str!("column_sums_f16_m32_n64_w4_sm_90a.ptx"), 0),
     ("column_sums_f32_m32_n64_w4_sm_80", include_str!("column_sums_f32_m32_n64_w4_sm_80.ptx"), 0),
