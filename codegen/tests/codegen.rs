@@ -1522,6 +1522,142 @@ fn the_fused_backward_adds_dq_by_tma() {
     }
 }
 
+/// Split-K products of one warpgroup's 64 rows in a program of two warpgroups, each added into
+/// C by TMA (`dot`s of one warpgroup): the K loop's by turns, in a loop over `rounds`, whose
+/// every round starts the turns afresh; and one more after the loops.
+#[kernel]
+fn split_k_by_turns(
+    a: Ptr<f16>,
+    b: Ptr<f16>,
+    c: Ptr<f32>,
+    m: i32,
+    k: i32,
+    a_row_stride: i64,
+    rounds: i32,
+) {
+    for _ in 0..rounds {
+        let mut a_block = make_block_ptr(a, [m, k], [a_row_stride, 1], [0, 0], [64, 32], [1, 0]);
+        let mut b_block = make_block_ptr(b, [k, 64], [64, 1], [0, 0], [32, 64], [1, 0]);
+        for _ in (0..k).step_by(32) {
+            let c_block = make_block_ptr(c, [m, 64], [64, 1], [0, 0], [64, 64], [1, 0]);
+            atomic_add(
+                c_block,
+                dot(load(a_block, [0, 1]), load(b_block, [0, 1])),
+                [0, 1],
+            );
+            a_block = advance(a_block, [0, 32]);
+            b_block = advance(b_block, [32, 0]);
+        }
+    }
+    let a_block = make_block_ptr(a, [m, k], [a_row_stride, 1], [0, 0], [64, 32], [1, 0]);
+    let b_block = make_block_ptr(b, [k, 64], [64, 1], [0, 0], [32, 64], [1, 0]);
+    let c_block = make_block_ptr(c, [m, 64], [64, 1], [0, 0], [64, 64], [1, 0]);
+    atomic_add(
+        c_block,
+        dot(load(a_block, [0, 1]), load(b_block, [0, 1])),
+        [0, 1],
+    );
+}
+
+/// `dot`s of one warpgroup whose operands TMA loads: their sums agree with f64 (3 rounds of
+/// a K loop of 5 steps, one more product after them); each is issued in a branch of one
+/// warpgroup, and the block meets after each K loop and after the last product, so that the
+/// owners' barriers start afresh.
+#[test]
+fn dots_of_one_warpgroup_take_turns_in_loops_and_meet_after_them() {
+    use kiln_codegen::thread::{Block, Op};
+    let kernel = split_k_by_turns::build(&Spec::new()).unwrap();
+    let options = ["a", "b", "c"]
+        .into_iter()
+        .fold(
+            CompileOptions::new(Target::Sm90a, 8)
+                .with_stages(2)
+                .with_wgmma(true),
+            |options, name| options.with_divisibility(name, 16),
+        )
+        .with_divisibility("a_row_stride", 8)
+        .with_divisibility("k", 32);
+    let program = thread_program(&kernel, &options).unwrap();
+    let (rounds, k) = (3, 160);
+    let value = |i: usize, salt: usize| ((i * salt % 11) as f64 - 5.0) / 8.0;
+    let a: Vec<f64> = (0..64 * k).map(|i| value(i, 3)).collect();
+    let b: Vec<f64> = (0..k * 64).map(|i| value(i, 7)).collect();
+    let product = |depth: usize, r: usize, col: usize| -> f64 {
+        (0..depth).map(|i| a[r * k + i] * b[i * 64 + col]).sum()
+    };
+    let expected: Vec<f64> = (0..64 * 64)
+        .map(|i| rounds as f64 * product(k, i / 64, i % 64) + product(32, i / 64, i % 64))
+        .collect();
+    let (a, b) = (HostBuffer::from_f64(F16, &a), HostBuffer::from_f64(F16, &b));
+    let c = HostBuffer::zeros(F32, 64 * 64);
+    let args = [
+        KernelArg::Buffer(&a),
+        KernelArg::Buffer(&b),
+        KernelArg::Buffer(&c),
+        KernelArg::I32(64),
+        KernelArg::I32(k as i32),
+        KernelArg::I64(k as i64),
+        KernelArg::I32(rounds),
+    ];
+    emulate::run(&program, Grid::new(1, 1, 1), &args).unwrap();
+    assert_near_f64(&c, &expected, "split_k_by_turns");
+    // Each `wgmma` in a branch; the block's barriers after the K loop and the last product.
+    fn count(block: &Block, in_branch: bool, wgmmas: &mut [usize; 2]) {
+        for inst in &block.insts {
+            match &inst.op {
+                Op::Wgmma { .. } => wgmmas[usize::from(in_branch)] += 1,
+                Op::For { body, .. } => count(body, in_branch, wgmmas),
+                Op::If {
+                    then_block,
+                    else_block,
+                    ..
+                } => {
+                    count(then_block, true, wgmmas);
+                    count(else_block, true, wgmmas);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut wgmmas = [0, 0];
+    count(&program.body, false, &mut wgmmas);
+    assert_eq!(wgmmas[0], 0, "{program}");
+    assert!(wgmmas[1] >= 2, "{program}");
+    // A barrier of the block after `inst` in `block` (where `after` finds it).
+    let meets_after = |block: &Block, after: &dyn Fn(&Op) -> bool| {
+        let at = block.insts.iter().rposition(|i| after(&i.op));
+        at.is_some_and(|at| {
+            block.insts[at + 1..].iter().any(|i| match i.op {
+                Op::Barrier => true,
+                Op::NamedBarrier {
+                    threads,
+                    wait,
+                    pred,
+                    ..
+                } => wait && pred.is_none() && threads == 256,
+                _ => false,
+            })
+        })
+    };
+    let rounds_body = program
+        .body
+        .insts
+        .iter()
+        .find_map(|i| match &i.op {
+            Op::For { body, .. } => Some(body),
+            _ => None,
+        })
+        .expect("the rounds' loop");
+    assert!(
+        meets_after(rounds_body, &|op| matches!(op, Op::For { .. })),
+        "after the K loop: {program}"
+    );
+    assert!(
+        meets_after(&program.body, &|op| matches!(op, Op::If { .. })),
+        "after the last product: {program}"
+    );
+}
+
 /// A TMA buffer is copied into again only after every thread arrived on its `empty` barrier:
 /// without the arrivals the copier waits forever, and without its wait the copy races the
 /// other warpgroup's reads (the GEMM of two warpgroups, its K loop on three stages).

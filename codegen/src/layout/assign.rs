@@ -95,8 +95,8 @@ pub struct LayoutAssignment {
     /// Whether a producer warpgroup issues the TMA loops' copies (`CompileOptions::producer`).
     pub producer: bool,
     /// The `dot`s one warpgroup computes, by pre-order index, with the block pointer their
-    /// `atomic_add` adds into ([`Self::one_warpgroup_dot`]).
-    one_warpgroup_dots: BTreeMap<usize, Value>,
+    /// `atomic_add` adds into and their result ([`Self::one_warpgroup_dot`]).
+    one_warpgroup_dots: BTreeMap<usize, (Value, Value)>,
     /// The staged operands of those after which the other warpgroups arrive for the owner
     /// ([`Self::arrives_when_staged`]).
     arrive_when_staged: Vec<Value>,
@@ -145,7 +145,14 @@ impl LayoutAssignment {
     /// others go on (cuDNN's fused backward computes dQ so, docs/PERF.md, twenty-first
     /// session).
     pub fn one_warpgroup_dot(&self, inst_index: usize) -> Option<Value> {
-        self.one_warpgroup_dots.get(&inst_index).copied()
+        self.one_warpgroup_dots
+            .get(&inst_index)
+            .map(|&(ptr, _)| ptr)
+    }
+
+    /// Whether `value` is the result of a `dot` one warpgroup computes.
+    pub fn computed_by_one_warpgroup(&self, value: Value) -> bool {
+        self.one_warpgroup_dots.values().any(|&(_, v)| v == value)
     }
 
     /// Whether the warpgroups whose turn it is not arrive for the owner of a `dot` of one
@@ -323,7 +330,7 @@ fn arrivals_when_staged(
     kernel: &Kernel,
     definitions: &[Option<&Op>],
     dots: &[DotSite<'_>],
-    one_warpgroup_dots: &BTreeMap<usize, Value>,
+    one_warpgroup_dots: &BTreeMap<usize, (Value, Value)>,
     conversions: &BTreeMap<usize, Vec<Conversion>>,
 ) -> Vec<Value> {
     let mut regions = Vec::new();
@@ -592,7 +599,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
         let shape = kernel.ty(dot.result).shape();
         if one_warpgroup_rows(options, shape[0]) {
             let ptr = one_warpgroup_dot(kernel, &definitions, &uses, &block_atomic_adds, dot)?;
-            one_warpgroup_dots.insert(dot.inst_index, ptr);
+            one_warpgroup_dots.insert(dot.inst_index, (ptr, dot.result));
         }
         let mma = match class_layout.get(&root) {
             Some(Layout::Mma(mma)) => mma.as_v2(),

@@ -8,6 +8,7 @@ use kiln_dsl::ir::{Inst as TileInst, Region, Value};
 use super::dot::Pending;
 use super::producer::Role;
 use super::{Lowering, Result};
+use crate::layout::walk_insts;
 use crate::thread::ir::{Block, Inst, Op, Reg, Type};
 
 impl Lowering<'_> {
@@ -179,6 +180,15 @@ impl Lowering<'_> {
         self.pending = pending;
         // The body's staged tiles may take its ring's buffers ([`Self::pipeline_top`]).
         let outer_ring = self.staging_ring;
+        // Where the body holds one `dot` of one warpgroup, nested ones counted, its owners
+        // take turns by iteration (`wgmma.rs`).
+        let mut owned = 0;
+        walk_insts(body, &mut (self.current_inst + 1), &mut |index, _| {
+            owned += usize::from(self.layouts.one_warpgroup_dot(index).is_some());
+        });
+        let turns_body = (owned == 1).then_some(self.blocks.len() + 1);
+        let outer_body = std::mem::replace(&mut self.owner_turns_body, turns_body);
+        let outer_turns = std::mem::take(&mut self.owner_turns_open);
         let body = self.nested_block(
             body,
             |this| match &pipeline {
@@ -203,6 +213,7 @@ impl Lowering<'_> {
         );
         self.loop_counter = outer_counter;
         self.staging_ring = outer_ring;
+        self.owner_turns_body = outer_body;
         let (body_block, _) = body?;
         self.pending = pending;
         let results = self.fresh(&init);
@@ -235,6 +246,10 @@ impl Lowering<'_> {
         }
         if let Some(pipeline) = &pipeline {
             self.pipeline_drain(pipeline);
+        }
+        // The owners' barriers by iteration parity start afresh after it (`wgmma.rs`).
+        if std::mem::replace(&mut self.owner_turns_open, outer_turns) {
+            self.barrier();
         }
         Ok(results)
     }

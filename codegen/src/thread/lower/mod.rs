@@ -120,6 +120,8 @@ fn lower_in(
         shared_tiles: HashMap::new(),
         staged_by_threads: HashSet::new(),
         arrived_for_owner: false,
+        owner_turns_body: None,
+        owner_turns_open: false,
         buffered: HashMap::new(),
         pending: dot::Pending::default(),
         narrowed: HashMap::new(),
@@ -262,6 +264,13 @@ pub(super) struct Lowering<'a> {
     /// Whether the warpgroups whose turn it is not arrived for the owner of the next `dot` of
     /// one warpgroup when its operand was staged ([`wgmma`]'s `arrive_for_the_owner`).
     arrived_for_owner: bool,
+    /// The depth among `blocks` of the innermost loop's body, while it is lowered, where it
+    /// holds one `dot` of one warpgroup (nested ones counted): its owners take turns by
+    /// iteration ([`wgmma`]'s `one_warpgroup_dot`).
+    owner_turns_body: Option<usize>,
+    /// Whether the innermost loop's body met on the owners' barriers by iteration parity: its
+    /// end meets at a barrier of the block ([`wgmma`]'s `one_warpgroup_dot`).
+    owner_turns_open: bool,
     /// The buffer of this iteration (a shared pointer) of each pipelined load read into
     /// registers, by value.
     buffered: HashMap<Value, Reg>,

@@ -266,6 +266,18 @@ impl Lowering<'_> {
             },
             loc: self.loc,
         });
+        // The owners' barriers alternate only where each iteration of a loop meets on them
+        // once: a warpgroup that arrived may not arrive on the same barrier again before the
+        // owner has waited there, and only its own turn in between (its wait on the other
+        // barrier, which the owner arrives on after its own wait) keeps it from that. After
+        // the loop, or after such a `dot` anywhere else, the block meets.
+        if self.owner_barrier_pairs() {
+            if self.owner_turns_body == Some(self.blocks.len()) {
+                self.owner_turns_open = true;
+            } else {
+                self.barrier();
+            }
+        }
         Ok(Vec::new())
     }
 
@@ -373,13 +385,15 @@ impl Lowering<'_> {
         }
     }
 
-    /// Whether `inst` is a `dot` on `wgmma`.
+    /// Whether `inst` is a `dot` every warpgroup issues on `wgmma` (not one of one warpgroup,
+    /// which is issued in a branch: no copies are held back for it, and it takes no turn).
     pub(super) fn issues_wgmma(&self, inst: &TileInst) -> bool {
         matches!(inst.op, TileOp::Dot { .. })
             && matches!(
                 self.layouts.layout(inst.results[0]),
                 Some(Layout::Mma(mma)) if mma.version == MmaVersion::V3
             )
+            && !self.layouts.computed_by_one_warpgroup(inst.results[0])
     }
 
     /// Before `inst`: waits for the `dot`s in flight whose results it (or a conversion of its
