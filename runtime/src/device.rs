@@ -196,10 +196,10 @@ fn jit_logs(ptx: &str) -> Option<(bool, String, String)> {
     Some((loaded, text(&info), text(&error)))
 }
 
-/// The lines of a ptxas log that say the code will run slower than written: `wgmma`s
-/// serialized (a warning where the code needs it, information where registers are short:
-/// C7512) and other "Potential Performance Loss" notes.
-fn performance_warnings(log: &str) -> Vec<String> {
+/// The lines of a ptxas log (the driver's, or `ptxas -v`'s) that say the code will run slower
+/// than written: `wgmma`s serialized (a warning where the code needs it, information where
+/// registers are short: C7512) and other "Potential Performance Loss" notes.
+pub fn performance_warnings(log: &str) -> Vec<String> {
     log.lines()
         .filter(|l| {
             l.contains("Potential Performance Loss")

@@ -33,7 +33,7 @@ mod timing;
 
 pub use buffer::DeviceBuffer;
 pub use context::{Context, RawStream, driver_present};
-pub use device::{Device, Function, Module};
+pub use device::{Device, Function, Module, performance_warnings};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};
 pub use module_cache::{LoadedKernel, ModuleCache, ModuleSource, RawArg};
