@@ -530,21 +530,18 @@ pub fn attention_bwd_dkdv<
                 // Key-major (`K Q^T`, FlashAttention-3's form): `P^T dO` and `dS^T Q` take P^T
                 // and dS^T from the accumulators as their A operands, and no P or dS goes
                 // through shared memory (1.05-1.21x, run 101).
-                // The split form reads its statistics at the top; the fused one, whose dQ^T
-                // leaves fewer registers, each where it is used (16 columns a thread of each):
-                // fused D128 causal 1.06-1.10x, split D64 0.90-0.93x (run 151).
-                let late = ACCUMULATE_DQ;
-                let mut lse_row = if late { 0.0 } else { load(lse_block, [0]) };
-                let mut delta_row = if late { 0.0 } else { load(delta_block, [0]) };
+                // Its statistics (16 columns a thread of each) read at the top, before the
+                // products, whose operands then hold up their loads from shared memory no
+                // more: the fused D128 1.04-1.06x against reading each where it is used, which
+                // its registers once asked for (run 271; run 151 before its lean producer).
+                let lse_row = load(lse_block, [0]);
+                let delta_row = load(delta_block, [0]);
                 let qk_t = dot(k_tile, trans(q_tile));
                 let mut dp_t = if EARLY_DP {
                     dot(v_tile, trans(do_tile))
                 } else {
                     0.0
                 };
-                if late {
-                    lse_row = load(lse_block, [0]);
-                }
                 let s_t = fma(qk_t, qk_scale, -lse_row.expand_dims(0));
                 let s_t = if needs_mask {
                     where_(
@@ -559,9 +556,6 @@ pub fn attention_bwd_dkdv<
                 dv_acc = dot(p_t.to::<T>(), do_tile, dv_acc);
                 if !EARLY_DP {
                     dp_t = dot(v_tile, trans(do_tile));
-                }
-                if late {
-                    delta_row = load(delta_block, [0]);
                 }
                 let ds_t = (p_t * (dp_t - delta_row.expand_dims(0))).to::<T>();
                 if ACCUMULATE_DQ && DQ_BY_TURNS {
