@@ -321,7 +321,7 @@ pub fn dkdv_flags(fused_backward: bool, config: KernelConfig) -> [(&'static str,
 /// one warpgroup's 64 rows in a program of several (kiln-codegen's
 /// `LayoutAssignment::one_warpgroup_dot`). Its products are N = HEAD_DIM wide and a warpgroup
 /// whose turn it is not goes on to the next tile, but the owner's product, wait and reduction
-/// lie on the path from one tile to the next: the fused D128 0.97-0.99x (run 267,
+/// lie on the path from one tile to the next: the fused D128 0.98-0.99x (runs 267 and 273,
 /// docs/PERF.md, twenty-second session), not in the table.
 pub fn dkdv_dq_by_turns(fused_backward: bool, config: KernelConfig) -> bool {
     config.dq_by_turns
