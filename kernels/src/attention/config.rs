@@ -69,7 +69,8 @@
 //! also holds a dQ tile and adds it: on sm_90a 128 x 128, 8, 2, wgmma at head dims 32 and 64
 //! (at issue at 64; `kiln tune --backward fused`, H100, 2026-11-25), and 64 x 128, 8, 2, wgmma,
 //! producer, lean, uniform, at issue at 128 (key-major, H200, twelfth session; its descriptors
-//! nineteenth, its producer twenty-first); elsewhere the split dK/dV's entry, untuned. Those
+//! nineteenth, its producer twenty-first; dQ by turns not taken, twenty-second); elsewhere the
+//! split dK/dV's entry, untuned. Those
 //! short of registers compute their `wgmma` descriptors at issue: LLVM would hoist one register
 //! pair per instruction out of the loop.
 
