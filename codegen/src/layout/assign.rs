@@ -923,13 +923,7 @@ fn one_warpgroup_dot(
     block_atomic_adds: &BTreeMap<usize, (Value, Value)>,
     dot: &DotSite<'_>,
 ) -> Result<Value, CodegenError> {
-    let zeros = match definitions[dot.acc.index()] {
-        Some(Op::Splat { value }) => matches!(
-            definitions[value.index()],
-            Some(Op::Constant(kiln_dsl::ir::Constant::Float(z))) if *z == 0.0
-        ),
-        _ => false,
-    };
+    let zeros = is_zero_splat(dot.acc, |v| definitions[v.index()]);
     let added = block_atomic_adds
         .get(&(dot.inst_index + 1))
         .filter(|&&(_, value)| value == dot.result && uses[value.index()] == 1);
@@ -946,6 +940,18 @@ fn one_warpgroup_dot(
              use (zeros: {zeros}, added so: {added})"
         ),
     ))
+}
+
+/// Whether `value` is a tile of zeros, a splat of the constant 0, where `op_of` gives the op
+/// that defines a value: an accumulator a `dot` need not read.
+pub(crate) fn is_zero_splat<'k>(value: Value, op_of: impl Fn(Value) -> Option<&'k Op>) -> bool {
+    match op_of(value) {
+        Some(Op::Splat { value: scalar }) => matches!(
+            op_of(*scalar),
+            Some(Op::Constant(kiln_dsl::ir::Constant::Float(z))) if *z == 0.0
+        ),
+        _ => false,
+    }
 }
 
 fn pointee_bytes(kernel: &Kernel, ptr: Value) -> usize {

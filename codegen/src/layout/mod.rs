@@ -32,8 +32,8 @@ pub mod wgmma;
 
 use std::fmt;
 
-pub(crate) use assign::nested_regions;
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
+pub(crate) use assign::{is_zero_splat, nested_regions};
 pub use divisibility::Divisibility;
 pub use pipeline::{Delta, OnceLoad, PipelinedLoad, PipelinedLoop, TmaLoad};
 pub use tma_store::TmaStore;

@@ -419,7 +419,7 @@ impl Lowering<'_> {
         self.shared_tiles.insert(value, tile);
         self.staged_by_threads.insert(value);
         if self.layouts.arrives_when_staged(value) {
-            self.arrive_for_the_owner();
+            self.arrived_for_owner = self.arrive_for_the_owner();
         }
         Ok(())
     }

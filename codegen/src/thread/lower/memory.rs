@@ -429,21 +429,20 @@ impl Lowering<'_> {
         // The first warp of each band's warpgroup issues its copies, once the warpgroup's
         // writes are fenced and met (the whole block's where one band is all rows; one
         // warpgroup's own, a barrier of each, where it wrote the whole tile).
-        let warpgroup = match store.by_one_warpgroup {
-            true => {
-                let warpgroups = self.layouts.num_warps / WARPS_PER_WARPGROUP;
-                self.band_barrier(warpgroups as usize, true);
-                None
-            }
-            false => self.band_barrier(store.bands, true),
+        let barrier_bands = match store.by_one_warpgroup {
+            true => (self.layouts.num_warps / WARPS_PER_WARPGROUP) as usize,
+            false => store.bands,
         };
-        let in_group = match (warpgroup, store.by_one_warpgroup) {
-            (None, false) => self.tid,
-            _ => {
+        let met = self.band_barrier(barrier_bands, true);
+        let in_group = match met {
+            None => self.tid,
+            Some(_) => {
                 let mask = self.i32_const(WARPGROUP_THREADS as i64 - 1);
                 self.int(IntOp::And, self.tid, mask)
             }
         };
+        // A band of rows each, or, by one warpgroup, the whole tile.
+        let warpgroup = met.filter(|_| !store.by_one_warpgroup);
         let warp_size = self.i32_const(THREADS_PER_WARP as i64);
         let warps = self.icmp(IntCmp::Ult, in_group, warp_size);
         // The shared tile's storage rows and row length: the value's columns and rows where it
@@ -540,8 +539,7 @@ impl Lowering<'_> {
             self.barrier();
             return None;
         }
-        let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
-        let warpgroup = self.int(IntOp::LShr, self.tid, shift);
+        let warpgroup = self.warpgroup();
         let free = self.i32_const(FIRST_TURN + bands as i64);
         let id = self.int(IntOp::Add, warpgroup, free);
         if written {

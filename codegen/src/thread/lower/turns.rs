@@ -101,11 +101,16 @@ impl Lowering<'_> {
         self.turns.as_ref().is_some_and(|t| t.depth.is_none())
     }
 
+    /// This thread's warpgroup, `tid / 128` (a consumer's, from 0, under a producer).
+    pub(super) fn warpgroup(&mut self) -> Reg {
+        let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
+        self.int(IntOp::LShr, self.tid, shift)
+    }
+
     /// Gives warpgroup 0 the first turn: the last warpgroup arrives on its barrier.
     fn start_turns(&mut self, depth: Option<usize>) {
         let warpgroups = (self.threads / WARPGROUP_THREADS) as i64;
-        let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
-        let warpgroup = self.int(IntOp::LShr, self.tid, shift);
+        let warpgroup = self.warpgroup();
         let first = self.i32_const(FIRST_TURN);
         let own = self.int(IntOp::Add, warpgroup, first);
         let last = self.i32_const(warpgroups - 1);

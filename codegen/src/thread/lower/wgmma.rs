@@ -20,7 +20,7 @@
 //! ([`Lowering::one_warpgroup_dot`]). Each descriptor is its tile's base plus a constant, added by LLVM or,
 //! with [`crate::CompileOptions::descriptors_at_issue`], in the statement itself.
 
-use kiln_dsl::ir::{Constant as TileConstant, Inst as TileInst, Op as TileOp, Value};
+use kiln_dsl::ir::{Inst as TileInst, Op as TileOp, Value};
 
 use super::dot::Pending;
 use super::dot::{Fragments, SharedTile};
@@ -30,7 +30,7 @@ use crate::layout::mma::{A_REGS_PER_MMA, ACC_REGS_PER_MMA, MMA_M, MMA_N, MmaV2, 
 use crate::layout::wgmma::{
     Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M, operand_descriptor,
 };
-use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion};
+use crate::layout::{ConversionKind, Id, IdField, Layout, MmaVersion, is_zero_splat};
 use crate::thread::ir::{
     Block, Cast, Constant, Inst, IntCmp, IntOp, Op, Reg, ShuffleMode, Type, WgmmaA, WgmmaDesc,
     WgmmaStep,
@@ -111,7 +111,7 @@ impl Lowering<'_> {
         let per_rep = n / MMA_N * ACC_REGS_PER_MMA;
         let rows_per_rep = MMA_M * mma.num_warps() as usize;
         let mut acc_regs = self.regs(acc)?;
-        let accumulate = !self.is_zeros(acc);
+        let accumulate = !is_zero_splat(acc, |v| self.definitions[v.index()].map(|i| &i.op));
         let in_registers = self
             .layouts
             .dot_operand(self.current_inst, lhs)
@@ -228,15 +228,17 @@ impl Lowering<'_> {
         // The groups in flight end first: their accumulators and register operands beside this
         // one's would leave ptxas too few registers, and it would serialise every `wgmma`.
         self.wait_for_all();
+        // The others arrived when its last staged operand was written, or do now; with more
+        // than two warpgroups the block meets.
+        let arrived = std::mem::take(&mut self.arrived_for_owner) || self.arrive_for_the_owner();
         let [turn, own] = self.iteration_warpgroup();
         let owner = self.icmp(IntCmp::Eq, own, turn);
-        let other = self.icmp(IntCmp::Ne, own, turn);
-        if std::mem::take(&mut self.arrived_for_owner) {
+        if arrived {
             self.fence_for_the_owner();
             self.owner_barrier(turn, true, owner);
         } else {
             self.emit_effect(Op::BulkWaitRead);
-            self.meet_the_owner(turn, [owner, other]);
+            self.barrier();
         }
         let outer = self.in_flight.enter();
         self.blocks.push(Vec::new());
@@ -281,36 +283,25 @@ impl Lowering<'_> {
         Ok(Vec::new())
     }
 
-    /// Before a `dot` of one warpgroup (every thread's last reductions' reads waited for): with
-    /// two warpgroups, the other arrives on a barrier of the iteration's parity and goes on,
-    /// and the owner waits there for it (its staged operands written, its reductions' reads
-    /// done), so that neither waits for the other every iteration; a barrier of the block with
-    /// more. Two barriers by turns: a warpgroup that arrived goes on to the next iteration's,
-    /// which it owns and waits at, and can come back to this one only once the other has
-    /// passed it.
-    fn meet_the_owner(&mut self, turn: Reg, [owner, other]: [Reg; 2]) {
+    /// For a `dot` of one warpgroup, with two warpgroups: the one whose turn it is not arrives
+    /// on a barrier of the iteration's parity, once its issuing lanes waited for their last
+    /// reductions' reads and its staged writes are fenced, and goes on; the owner waits there
+    /// before its `wgmma`s, so that neither waits for the other every iteration. Called where
+    /// the `dot`'s last operand that threads stage is written, in the `dot`'s region
+    /// ([`crate::layout::LayoutAssignment::arrives_when_staged`]), else at the `dot`. Two
+    /// barriers by turns: a warpgroup that arrived goes on to the next iteration's, which it
+    /// owns and waits at, and can come back to this one only once the other has passed it.
+    /// Whether it arrived: not with more warpgroups, whose block meets at the `dot` instead.
+    pub(super) fn arrive_for_the_owner(&mut self) -> bool {
         if !self.owner_barrier_pairs() {
-            return self.barrier();
-        }
-        self.fence_for_the_owner();
-        self.owner_barrier(turn, false, other);
-        self.owner_barrier(turn, true, owner);
-    }
-
-    /// After the last operand of a `dot` of one warpgroup that threads stage, where it is in
-    /// the `dot`'s region ([`crate::layout::LayoutAssignment::arrives_when_staged`]): the
-    /// warpgroup whose turn it is not arrives for the owner there (what [`Self::meet_the_owner`]
-    /// does at the `dot`), and the owner only waits at the `dot`.
-    pub(super) fn arrive_for_the_owner(&mut self) {
-        if !self.owner_barrier_pairs() {
-            return;
+            return false;
         }
         self.emit_effect(Op::BulkWaitRead);
         let [turn, own] = self.iteration_warpgroup();
         let other = self.icmp(IntCmp::Ne, own, turn);
         self.fence_for_the_owner();
         self.owner_barrier(turn, false, other);
-        self.arrived_for_owner = true;
+        true
     }
 
     /// Whether the owner of a `dot` of one warpgroup and the other warpgroup meet on a pair
@@ -367,22 +358,9 @@ impl Lowering<'_> {
         let own = if self.uniform_descriptors {
             self.uniform_warpgroup()
         } else {
-            let shift = self.i32_const(WARPGROUP_THREADS.trailing_zeros() as i64);
-            self.int(IntOp::LShr, self.tid, shift)
+            self.warpgroup()
         };
         [turn, own]
-    }
-
-    /// Whether `value` is a tile of zeros (a splat of the constant 0), which a `wgmma` need
-    /// not read.
-    fn is_zeros(&self, value: Value) -> bool {
-        let op = |v: Value| self.definitions[v.index()].map(|inst| &inst.op);
-        match op(value) {
-            Some(TileOp::Splat { value: scalar }) => {
-                matches!(op(*scalar), Some(TileOp::Constant(TileConstant::Float(z))) if *z == 0.0)
-            }
-            _ => false,
-        }
     }
 
     /// Whether `inst` is a `dot` every warpgroup issues on `wgmma` (not one of one warpgroup,
