@@ -624,9 +624,11 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 }
                 Ok(())
             }
-            // Every thread waits (the op has no predicate): every store's bytes are read.
+            // Every thread of this part waits (the op has no predicate): its own stores' bytes
+            // are read, not those of a part running apart.
             Op::BulkWaitRead => {
-                self.c().shared.wait_store_reads();
+                let waiting = self.id(0)..self.id(self.threads);
+                self.c().shared.wait_store_reads(waiting);
                 Ok(())
             }
             Op::CpAsyncCommit => {

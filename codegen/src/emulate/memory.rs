@@ -302,10 +302,14 @@ impl Shared {
         self.fenced[thread as usize] = time;
     }
 
-    /// `cp.async.bulk.wait_group.read 0` in every thread: their TMA stores have read their
-    /// bytes.
-    pub fn wait_store_reads(&mut self) {
-        self.store_reads.fill(None);
+    /// `cp.async.bulk.wait_group.read 0` in the `waiting` threads: their TMA stores have read
+    /// their bytes.
+    pub fn wait_store_reads(&mut self, waiting: std::ops::Range<u32>) {
+        for read in &mut self.store_reads {
+            if read.is_some_and(|thread| waiting.contains(&thread)) {
+                *read = None;
+            }
+        }
     }
 
     /// A thread whose TMA store may still read shared memory.

@@ -864,8 +864,10 @@ fn flag_spec(case: &Case, name: &str) -> bool {
 
 /// The attention runs: small ragged shapes (batch 1, 2 heads, seqlen 70 x 45 and 45 x 70, and
 /// 40 x 555 of two query heads sharing one key/value head, whose key loops run long enough to
-/// refill every pipeline buffer twice at 128-key blocks and whose dK/dV sums over the group),
-/// padded strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in
+/// refill every pipeline buffer twice at 128-key blocks and whose dK/dV sums over the group;
+/// for the fused dK/dV also 200 x 70, whose query loop runs four tiles, each reducing dQ
+/// through the tile the last one used, its ring wrapping), padded
+/// strides (`LayoutKind::Padded`: a stride bug reads poison), inputs in [-1, 1) (dO in
 /// [-4, 4)).
 /// The backward kernels get the interpreter's forward outputs (O, LSE), and dK/dV `delta =
 /// rowsum(dO O)`.
@@ -878,8 +880,10 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
         name,
         "attention_bwd_preprocess" | "attention_bwd_dq_convert"
     ) || flag_spec(case, "ACCUMULATE_DQ");
+    let query_loop = (fused_backward && name == "attention_bwd_dkdv").then_some((200, 70, 1));
     [(70usize, 45usize, 2usize), (45, 70, 2), (40, 555, 1)]
         .into_iter()
+        .chain(query_loop)
         .map(|(seqlen_q, seqlen_k, heads_kv)| {
             let p = AttentionParams {
                 fused_backward,
