@@ -1,8 +1,9 @@
 """Per-kernel GPU times of several builds of kiln's prebuilt kernels, in one process on the GPU
 machine: for each configuration, `--rounds` rounds in which every library runs `--rep` calls under
 torch.profiler; each kernel's time is the median over rounds of its mean per call. Alternating
-libraries round by round puts the GPU's drift on all alike, and timing kernels apart tells a
-change to one kernel (a few percent) from the spread of the whole call (docs/PERF.md).
+libraries round by round (every other round in reverse order) puts the GPU's drift and each
+library's place in a round on all alike, and timing kernels apart tells a change to one kernel
+(a few percent) from the spread of the whole call (docs/PERF.md).
 
     python3 scripts/kernel_times.py --libs old/libkiln_kernels.so,new/libkiln_kernels.so \
         --bench ../shared/bench [--pass fwd|bwd] [--flags 1] [--seqs 1024,4096,16384]
@@ -75,8 +76,11 @@ def main():
                         calls.append(kc.backward_call(
                             lib, q, k, v, o, lse, do, dq, dk, dv, causal=causal, flags=a.flags))
                 samples = [{} for _ in libs]
-                for _ in range(a.rounds):
-                    for i, call in enumerate(calls):
+                for r in range(a.rounds):
+                    # Every other round in reverse: a library's place in the round (what ran
+                    # just before it) costs it alike in both directions.
+                    order = list(enumerate(calls))
+                    for i, call in order if r % 2 == 0 else reversed(order):
                         for name, us in kernel_means(call, a.rep).items():
                             samples[i].setdefault(name, []).append(us)
                 names = sorted(set().union(*samples), key=lambda n: -statistics.median(samples[0].get(n, [0])))
