@@ -193,9 +193,22 @@ impl KernelConfig {
         }
     }
 
+    /// What kiln-codegen is told beside the spec.
+    pub const fn knobs(&self) -> CodegenKnobs {
+        CodegenKnobs {
+            num_warps: self.num_warps,
+            num_stages: self.num_stages,
+            wgmma: self.wgmma,
+            producer: self.producer,
+            lean_producer: self.lean_producer,
+            uniform_warpgroup: self.uniform_warpgroup,
+            descriptors_at_issue: self.descriptors_at_issue,
+        }
+    }
+
     /// Threads a program of this configuration launches with.
     pub const fn threads(&self) -> u32 {
-        (self.num_warps + if self.producer { 4 } else { 0 }) * 32
+        self.knobs().threads()
     }
 
     /// The same configuration with its `dot`s on `wgmma`.
@@ -208,42 +221,88 @@ impl KernelConfig {
 }
 
 /// `128 x 64, 4 warps, 2 stages` (`64, 4 warps, 1 stage` without a key block; `, wgmma` on
-/// Hopper's warpgroup tensor cores).
+/// Hopper's warpgroup tensor cores, and the other knobs after it, then the kernel's flags).
 impl std::fmt::Display for KernelConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.block_m)?;
         if let Some(block_n) = self.block_n {
             write!(f, " x {block_n}")?;
         }
+        write!(f, ", {}", self.knobs())?;
+        if self.persistent {
+            write!(f, ", persistent")?;
+        }
+        if self.dq_by_turns {
+            write!(f, ", dQ by turns")?;
+        }
+        Ok(())
+    }
+}
+
+/// What kiln-codegen is told to compile a kernel with beside its spec: a [`KernelConfig`]'s
+/// warps, stages and Hopper knobs (its block sizes and the kernel's flags are the spec's), or
+/// what `kiln <stage>` gives any registered kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodegenKnobs {
+    pub num_warps: u32,
+    pub num_stages: u32,
+    pub wgmma: bool,
+    pub producer: bool,
+    pub lean_producer: bool,
+    pub uniform_warpgroup: bool,
+    pub descriptors_at_issue: bool,
+}
+
+impl CodegenKnobs {
+    /// Threads a program launches with: a producer warpgroup's 4 warps beyond `num_warps`
+    /// (saturating: `kiln <stage> --warps` takes any number, which kiln-codegen then refuses).
+    pub const fn threads(&self) -> u32 {
+        let producer = if self.producer { 4 } else { 0 };
+        self.num_warps.saturating_add(producer).saturating_mul(32)
+    }
+
+    /// kiln-codegen's options for `target` with these knobs, assuming each `(argument, n)` of
+    /// `divisibility` (the argument a multiple of `n`).
+    #[cfg(feature = "codegen")]
+    pub fn options<'a>(
+        &self,
+        target: Target,
+        divisibility: impl IntoIterator<Item = (&'a str, u64)>,
+    ) -> kiln_codegen::CompileOptions {
+        divisibility.into_iter().fold(
+            kiln_codegen::CompileOptions::new(target, self.num_warps)
+                .with_stages(self.num_stages)
+                .with_wgmma(self.wgmma)
+                .with_producer(self.producer)
+                .with_lean_producer(self.lean_producer)
+                .with_uniform_warpgroup(self.uniform_warpgroup)
+                .with_descriptors_at_issue(self.descriptors_at_issue),
+            |options, (name, n)| options.with_divisibility(name, n),
+        )
+    }
+}
+
+/// `4 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, descriptors at issue`.
+impl std::fmt::Display for CodegenKnobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = |n: u32| if n == 1 { "" } else { "s" };
         write!(
             f,
-            ", {} warp{}, {} stage{}",
+            "{} warp{}, {} stage{}",
             self.num_warps,
             plural(self.num_warps),
             self.num_stages,
             plural(self.num_stages)
         )?;
-        if self.wgmma {
-            write!(f, ", wgmma")?;
-        }
-        if self.producer {
-            write!(f, ", producer")?;
-        }
-        if self.persistent {
-            write!(f, ", persistent")?;
-        }
-        if self.lean_producer {
-            write!(f, ", lean producer")?;
-        }
-        if self.uniform_warpgroup {
-            write!(f, ", uniform warpgroup")?;
-        }
-        if self.descriptors_at_issue {
-            write!(f, ", descriptors at issue")?;
-        }
-        if self.dq_by_turns {
-            write!(f, ", dQ by turns")?;
+        let knobs = [
+            (self.wgmma, "wgmma"),
+            (self.producer, "producer"),
+            (self.lean_producer, "lean producer"),
+            (self.uniform_warpgroup, "uniform warpgroup"),
+            (self.descriptors_at_issue, "descriptors at issue"),
+        ];
+        for (_, name) in knobs.into_iter().filter(|(on, _)| *on) {
+            write!(f, ", {name}")?;
         }
         Ok(())
     }
@@ -602,7 +661,7 @@ mod tests {
         );
         assert_eq!(
             u.to_string(),
-            "128 x 128, 8 warps, 2 stages, wgmma, producer, persistent, uniform warpgroup"
+            "128 x 128, 8 warps, 2 stages, wgmma, producer, uniform warpgroup, persistent"
         );
         assert_eq!(
             "128x64:8:2:wgmma:uniform".parse(),

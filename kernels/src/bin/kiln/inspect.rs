@@ -6,7 +6,7 @@ use std::fmt;
 
 use kiln_dsl::{Kernel, Spec, SpecValue, Target};
 use kiln_kernels::attention::{
-    self, AttentionKernel, HEAD_DIMS, KernelConfig, KeyLength, prebuilt,
+    self, AttentionKernel, CodegenKnobs, HEAD_DIMS, KernelConfig, KeyLength, prebuilt,
 };
 use kiln_kernels::registry::{self, KernelEntry};
 
@@ -66,19 +66,9 @@ struct Request {
     spec: Spec,
     kernel: Kernel,
     target: Target,
-    num_warps: u32,
-    num_stages: u32,
-    /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores.
-    wgmma: bool,
-    /// kiln-codegen's `producer`: a producer warpgroup issues the TMA loops' copies (as the
-    /// table says).
-    producer: bool,
-    /// kiln-codegen's `lean_producer`, as the table has it.
-    lean_producer: bool,
-    /// kiln-codegen's `uniform_warpgroup`, as the table has it.
-    uniform_warpgroup: bool,
-    /// kiln-codegen's `descriptors_at_issue`, as the table has it.
-    descriptors_at_issue: bool,
+    /// Warps, stages and `wgmma` as the flags give them, else as the table has them; the
+    /// other knobs as the table has them.
+    knobs: CodegenKnobs,
     /// kiln-codegen's divisibility: `(argument, n)`, the argument a multiple of `n`. Without
     /// codegen it only tells whether the request is shipped.
     #[cfg(feature = "codegen")]
@@ -91,29 +81,12 @@ impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} at {} for {}, {} warps, {} stage{}",
+            "{} at {} for {}, {}",
             self.entry.name(),
             self.spec,
             self.target,
-            self.num_warps,
-            self.num_stages,
-            if self.num_stages == 1 { "" } else { "s" }
+            self.knobs
         )?;
-        if self.wgmma {
-            write!(f, ", wgmma")?;
-        }
-        if self.producer {
-            write!(f, ", producer")?;
-        }
-        if self.lean_producer {
-            write!(f, ", lean producer")?;
-        }
-        if self.uniform_warpgroup {
-            write!(f, ", uniform warpgroup")?;
-        }
-        if self.descriptors_at_issue {
-            write!(f, ", descriptors at issue")?;
-        }
         match &self.shipped {
             Some(s) => write!(f, " (shipped as {})", s.name),
             None => Ok(()),
@@ -139,7 +112,7 @@ pub fn run(show: Show, args: &[String]) -> Result<(), String> {
                 let report = tools::resources(&ptx.text, name, request.target)?;
                 emit(&format!(
                     "{request}\n  threads           {} per block\n{}",
-                    (request.num_warps + 4 * u32::from(request.producer)).saturating_mul(32),
+                    request.knobs.threads(),
                     report.table(ptx.shared_bytes)
                 ))
             }
@@ -229,13 +202,17 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         });
     let attention = AttentionKernel::from_name(entry.name());
     let table = attention.and_then(|kernel| table_entry(kernel, &mut spec, &flags.given, target));
-    let num_warps = flags.warps.or(table.map(|c| c.num_warps)).unwrap_or(4);
-    let num_stages = flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1);
     let wgmma = flags.wgmma.or(table.map(|c| c.wgmma)).unwrap_or(false);
     let producer = wgmma && table.is_some_and(|c| c.producer);
-    let lean_producer = producer && table.is_some_and(|c| c.lean_producer);
-    let uniform_warpgroup = wgmma && table.is_some_and(|c| c.uniform_warpgroup);
-    let descriptors_at_issue = wgmma && table.is_some_and(|c| c.descriptors_at_issue);
+    let knobs = CodegenKnobs {
+        num_warps: flags.warps.or(table.map(|c| c.num_warps)).unwrap_or(4),
+        num_stages: flags.stages.or(table.map(|c| c.num_stages)).unwrap_or(1),
+        wgmma,
+        producer,
+        lean_producer: producer && table.is_some_and(|c| c.lean_producer),
+        uniform_warpgroup: wgmma && table.is_some_and(|c| c.uniform_warpgroup),
+        descriptors_at_issue: wgmma && table.is_some_and(|c| c.descriptors_at_issue),
+    };
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
         assumed
@@ -255,13 +232,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
             s.kernel == kernel
                 && s.target == target
                 && s.spec == spec
-                && s.config.num_warps == num_warps
-                && s.config.num_stages == num_stages
-                && s.config.wgmma == wgmma
-                && s.config.producer == producer
-                && s.config.lean_producer == lean_producer
-                && s.config.uniform_warpgroup == uniform_warpgroup
-                && s.config.descriptors_at_issue == descriptors_at_issue
+                && s.config.knobs() == knobs
                 && same_divisibility
         })
     });
@@ -272,13 +243,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         spec,
         kernel,
         target,
-        num_warps,
-        num_stages,
-        wgmma,
-        producer,
-        lean_producer,
-        uniform_warpgroup,
-        descriptors_at_issue,
+        knobs,
         #[cfg(feature = "codegen")]
         divisibility,
         shipped,
@@ -456,16 +421,11 @@ fn ptx(request: &Request, args: &[String]) -> Result<Ptx, String> {
 /// loudly (the shipped files are stale) but still printed as compiled.
 #[cfg(feature = "codegen")]
 fn compile(request: &Request) -> Result<kiln_codegen::Compiled, String> {
-    let options = request.divisibility.iter().fold(
-        kiln_codegen::CompileOptions::new(request.target, request.num_warps)
-            .with_stages(request.num_stages)
-            .with_wgmma(request.wgmma)
-            .with_producer(request.producer)
-            .with_lean_producer(request.lean_producer)
-            .with_uniform_warpgroup(request.uniform_warpgroup)
-            .with_descriptors_at_issue(request.descriptors_at_issue),
-        |options, (name, n)| options.with_divisibility(name, *n),
-    );
+    let divisibility = request
+        .divisibility
+        .iter()
+        .map(|(name, n)| (name.as_str(), *n));
+    let options = request.knobs.options(request.target, divisibility);
     let compiled = kiln_codegen::compile(&request.kernel, &options)
         .map_err(|e| format!("cannot compile {request}:\n{e}"))?;
     let stale = request.shipped.as_ref().and_then(|s| {

@@ -184,16 +184,9 @@ mod compile {
         let ir = kernel
             .build(&p.spec(kernel, config))
             .map_err(|e| e.to_string())?;
-        let options = prebuilt::divisibility(kernel).into_iter().fold(
-            kiln_codegen::CompileOptions::new(target, config.num_warps)
-                .with_stages(config.num_stages)
-                .with_wgmma(config.wgmma)
-                .with_producer(config.producer)
-                .with_lean_producer(config.lean_producer)
-                .with_uniform_warpgroup(config.uniform_warpgroup)
-                .with_descriptors_at_issue(config.descriptors_at_issue),
-            |options, (name, n)| options.with_divisibility(name, n),
-        );
+        let options = config
+            .knobs()
+            .options(target, prebuilt::divisibility(kernel));
         let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
         Ok(Candidate {
             name: plan::specialisation_name(kernel, p, target),
