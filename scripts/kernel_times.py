@@ -6,15 +6,21 @@ library's place in a round on all alike, and timing kernels apart tells a change
 (a few percent) from the spread of the whole call (docs/PERF.md).
 
     python3 scripts/kernel_times.py --libs old/libkiln_kernels.so,new/libkiln_kernels.so \
-        --bench ../shared/bench [--pass fwd|bwd] [--flags 1] [--seqs 1024,4096,16384]
+        --bench ../shared/bench [--pass fwd|bwd] [--flags 1] [--seqs 1024,4096,16384] [--control]
+
+Two loads of one library read up to 2.5% apart at a shape (docs/PERF.md, twenty-third session):
+`--control` times a copy of the baseline too, so that a run prints its own noise beside its
+ratios.
 
 Shapes are compare.py's (batch = 16384 / seqlen, heads = 2048 / head_dim); the first library is
 the baseline of the printed ratios. Correctness is compare.py's and the GPU tests' business.
 """
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -47,11 +53,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rep", type=int, default=10, help="calls profiled per library and round")
     ap.add_argument("--flags", type=int, default=0, help="kiln_attn_config flags (1: fused backward)")
+    ap.add_argument("--control", action="store_true",
+                    help="also time a copy of the baseline, last: its ratio is the run's own noise")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.bench))
     import kiln_ctypes as kc  # noqa: E402
 
     paths = a.libs.split(",")
+    if a.control:
+        # A copy under another path: the loader maps it apart, with its own modules and buffers.
+        copy = os.path.join(tempfile.mkdtemp(prefix="kiln-control-"), os.path.basename(paths[0]))
+        shutil.copyfile(paths[0], copy)
+        paths.append(copy)
     libs = [kc.load(p) for p in paths]
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     print("libraries: " + ", ".join(f"[{i}] {p}" for i, p in enumerate(paths)))
