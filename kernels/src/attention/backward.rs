@@ -476,20 +476,6 @@ pub fn attention_bwd_dkdv<
             let q_tile = load(q_block, [0]);
             let do_tile = load(do_block, [0]);
             let offs_m = start_m + arange(0, BLOCK_M);
-            // The query tile's rows of dQ's accumulator, described whole: on `wgmma` a tile
-            // `atomic_add`s into them is added by TMA, from shared memory.
-            let dq_rows = head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
-                dq_accum,
-                batches,
-                heads_q,
-                seqlen_q,
-                dq_accum_batch_stride,
-                dq_accum_head_stride,
-                HEAD_DIM as i64,
-                batch,
-                head,
-                start_m,
-            );
             let needs_mask = if CAUSAL {
                 partial_keys || start_m < full_m
             } else {
@@ -525,7 +511,20 @@ pub fn attention_bwd_dkdv<
                 let ds = (p * (dp - delta_row.expand_dims(1))).to::<T>();
                 dk_acc = dot(trans(ds), q_tile, dk_acc);
                 if ACCUMULATE_DQ {
-                    atomic_add(dq_rows, dot(ds, k_tile), [0]);
+                    // Described whole: on `wgmma` the tile is added by TMA, from shared memory.
+                    let accum = head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
+                        dq_accum,
+                        batches,
+                        heads_q,
+                        seqlen_q,
+                        dq_accum_batch_stride,
+                        dq_accum_head_stride,
+                        HEAD_DIM as i64,
+                        batch,
+                        head,
+                        start_m,
+                    );
+                    atomic_add(accum, dot(ds, k_tile), [0]);
                 }
             } else {
                 // Key-major (`K Q^T`, FlashAttention-3's form): `P^T dO` and `dS^T Q` take P^T
@@ -564,7 +563,19 @@ pub fn attention_bwd_dkdv<
                     // `dQ = dS K` whole (N = HEAD_DIM) by one warpgroup of a query tile's 64
                     // rows, the warpgroups taking turns, while the others go on to the next
                     // tile (cuDNN's form); its one use the reduction right after it.
-                    atomic_add(dq_rows, dot(trans(ds_t), k_tile), [0]);
+                    let accum = head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
+                        dq_accum,
+                        batches,
+                        heads_q,
+                        seqlen_q,
+                        dq_accum_batch_stride,
+                        dq_accum_head_stride,
+                        HEAD_DIM as i64,
+                        batch,
+                        head,
+                        start_m,
+                    );
+                    atomic_add(accum, dot(trans(ds_t), k_tile), [0]);
                 } else {
                     // Transposed, `dQ^T = K^T dS^T`: its rows are the head dim's, which the
                     // warpgroups share however few the query rows (FlashAttention-3's form).
