@@ -196,18 +196,17 @@ pub fn tune(
             let outcome = match compile(kernel, &timed, config, target) {
                 Err(message) => Outcome::Failed(message),
                 Ok(candidate) => {
-                    // PTX the driver refuses fails its trial, with the driver's log, below.
-                    warnings = device
-                        .jit_performance_warnings(&candidate.ptx)
-                        .unwrap_or_default();
-                    let overrides = Overrides::default().with(candidate);
+                    // PTX the driver refuses fails its trial, with the driver's log.
+                    let overrides = Overrides::default().with(candidate.clone());
                     let problems = Problems {
                         check: &mut check,
                         reference: &reference,
                         time: &mut time,
                     };
-                    trial(device, setup, kernel, &overrides, problems)
-                        .unwrap_or_else(|e| Outcome::Failed(e.to_string()))
+                    let outcome = trial(device, setup, kernel, &overrides, problems)
+                        .unwrap_or_else(|e| Outcome::Failed(e.to_string()));
+                    warnings = gpu::candidate_warnings(device, &candidate);
+                    outcome
                 }
             };
             let trial = Trial {

@@ -76,27 +76,6 @@ impl Device {
         })
     }
 
-    /// What the driver's ptxas says of `ptx` that costs speed, compiled afresh for this
-    /// device: its `wgmma`s serialized (for want of registers, C7512, or because the code
-    /// needs it) and its other "Potential Performance Loss" notes, a line each; an error if the
-    /// driver refuses the PTX.
-    pub fn jit_performance_warnings(&self, ptx: &str) -> Result<Vec<String>> {
-        self.context
-            .bind_to_thread()
-            .map_err(|e| RuntimeError::driver("making the device's context current", e))?;
-        match jit_logs(ptx) {
-            Some((true, info, _)) => Ok(performance_warnings(&info)),
-            Some((false, _, error)) => Err(RuntimeError::Driver {
-                action: "compiling PTX for its ptxas log".to_string(),
-                message: error,
-            }),
-            None => Err(RuntimeError::Driver {
-                action: "compiling PTX for its ptxas log".to_string(),
-                message: "the PTX holds a NUL byte".to_string(),
-            }),
-        }
-    }
-
     /// The driver context this device's work runs in.
     pub fn context(&self) -> Context {
         Context::from_raw(self.context.cu_ctx(), self.context.cu_device())
@@ -142,17 +121,45 @@ fn current_device_ordinal() -> Result<Option<usize>> {
 
 /// Loads `ptx` again, asking the JIT for its error log: only called after a load failed.
 pub(crate) fn jit_error_log(ptx: &str) -> Option<String> {
-    match jit_logs(ptx)? {
-        (false, _, error) => Some(error),
-        (true, ..) => None,
+    let load = jit_load(ptx, false)?;
+    if let Some(module) = load.module {
+        // Safety: the module was just loaded and nothing else refers to it.
+        let _ = unsafe { sys::cuModuleUnload(module) };
+        return None;
     }
+    Some(load.error)
 }
 
-/// Loads `ptx` (and unloads it) with the JIT's logs: whether it loaded, ptxas's information
-/// (verbose, compiled afresh: a hit in the driver's JIT cache prints nothing) and its errors.
-/// `None` if the PTX holds a NUL.
-fn jit_logs(ptx: &str) -> Option<(bool, String, String)> {
-    let source = CString::new(ptx).ok()?;
+/// A module the JIT compiled, with its logs.
+pub(crate) struct JitLoad {
+    /// The module, where the driver took the PTX; the caller owns it.
+    pub module: Option<sys::CUmodule>,
+    /// ptxas's information (verbose) and its errors.
+    pub info: String,
+    pub error: String,
+}
+
+/// Loads `ptx` in the current context with the JIT's logs; `None` if the PTX holds a NUL.
+/// `afresh`: past the driver's JIT cache (on disk, across processes), where a hit would run no
+/// ptxas and log nothing: the text gets a comment of its own, unique to this load, so that its
+/// key is new (no JIT option turns that cache off for one load; `CU_JIT_CACHE_MODE` is the L1
+/// caching of global loads, `-dlcm`).
+pub(crate) fn jit_load(ptx: &str, afresh: bool) -> Option<JitLoad> {
+    let source = if afresh {
+        static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let load = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        CString::new(format!(
+            "{ptx}\n// kiln: compiled afresh for ptxas's log ({}, {now}, {load})\n",
+            std::process::id()
+        ))
+    } else {
+        CString::new(ptx)
+    }
+    .ok()?;
     let mut info = vec![0u8; 1 << 16];
     let mut error = vec![0u8; 1 << 14];
     let mut options = [
@@ -161,17 +168,15 @@ fn jit_logs(ptx: &str) -> Option<(bool, String, String)> {
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
         sys::CUjit_option::CU_JIT_LOG_VERBOSE,
-        sys::CUjit_option::CU_JIT_CACHE_MODE,
     ];
     // The driver reads a size, a flag or a mode passed as the option's pointer-sized value.
     let value = std::ptr::without_provenance_mut::<c_void>;
-    let mut values: [*mut c_void; 6] = [
+    let mut values: [*mut c_void; 5] = [
         info.as_mut_ptr().cast(),
         value(info.len()),
         error.as_mut_ptr().cast(),
         value(error.len()),
         value(1),
-        value(sys::CUjit_cacheMode::CU_JIT_CACHE_OPTION_NONE as usize),
     ];
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // Safety: `source` is NUL-terminated PTX; the options name live buffers and their sizes.
@@ -184,16 +189,15 @@ fn jit_logs(ptx: &str) -> Option<(bool, String, String)> {
             values.as_mut_ptr(),
         )
     };
-    let loaded = status.result().is_ok();
-    if loaded {
-        // Safety: the module was just loaded and nothing else refers to it.
-        let _ = unsafe { sys::cuModuleUnload(module) };
-    }
     let text = |log: &[u8]| {
         let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
         String::from_utf8_lossy(&log[..end]).into_owned()
     };
-    Some((loaded, text(&info), text(&error)))
+    Some(JitLoad {
+        module: status.result().is_ok().then_some(module),
+        info: text(&info),
+        error: text(&error),
+    })
 }
 
 /// The lines of a ptxas log (the driver's, or `ptxas -v`'s) that say the code will run slower

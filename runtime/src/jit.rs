@@ -133,6 +133,7 @@ impl Jit {
                 entry: kernel.signature.name,
                 params: &params,
                 shared_bytes: compiled.shared_bytes,
+                report: false,
             },
         )
     }

@@ -11,7 +11,7 @@ use cudarc::driver::{result, sys};
 use kiln_dsl::{DType, TensorMapSpec};
 
 use crate::context::{Context, RawStream};
-use crate::device::jit_error_log;
+use crate::device::{jit_error_log, jit_load, performance_warnings};
 use crate::error::driver_message;
 use crate::tensor_map::{TensorMap, encode_all, specs_in_ptx};
 use crate::{ParamType, RuntimeError};
@@ -30,6 +30,9 @@ pub struct ModuleSource<'a> {
     pub params: &'a [ParamType],
     /// Dynamic shared memory every launch gives it (opted into at load when above 48 KiB).
     pub shared_bytes: u32,
+    /// Compiled afresh (past the driver's JIT cache) and ptxas's performance warnings kept
+    /// ([`LoadedKernel::performance_warnings`]): what `kiln tune` reports of a candidate.
+    pub report: bool,
 }
 
 /// A kernel loaded in one context, ready to launch.
@@ -42,6 +45,8 @@ pub struct LoadedKernel {
     shared_bytes: u32,
     /// The tensor maps every launch encodes and passes after the arguments (its PTX's).
     tensor_maps: Vec<TensorMapSpec>,
+    /// What ptxas said costs it speed, where its source asked ([`ModuleSource::report`]).
+    warnings: Vec<String>,
 }
 
 /// Loaded kernels by (context, name). Modules are never unloaded: the prebuilt set is bounded
@@ -122,17 +127,30 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
         action: action("loading"),
         message: "the PTX holds a NUL byte".to_string(),
     })?;
-    // Safety: `ptx` is NUL-terminated PTX text, alive for the call.
-    let module = unsafe { result::module::load_data(ptx.as_ptr().cast()) }.map_err(|e| {
-        let mut message = driver_message(e);
-        if let Some(log) = jit_error_log(source.ptx) {
-            message.push_str(&format!("; jit log:\n{log}"));
-        }
-        RuntimeError::Driver {
+    let (module, warnings) = if source.report {
+        let load = jit_load(source.ptx, true).ok_or_else(|| RuntimeError::Driver {
             action: action("loading"),
-            message,
-        }
-    })?;
+            message: "the PTX holds a NUL byte".to_string(),
+        })?;
+        let module = load.module.ok_or_else(|| RuntimeError::Driver {
+            action: action("loading"),
+            message: format!("the driver refused the PTX; jit log:\n{}", load.error),
+        })?;
+        (module, performance_warnings(&load.info))
+    } else {
+        // Safety: `ptx` is NUL-terminated PTX text, alive for the call.
+        let module = unsafe { result::module::load_data(ptx.as_ptr().cast()) }.map_err(|e| {
+            let mut message = driver_message(e);
+            if let Some(log) = jit_error_log(source.ptx) {
+                message.push_str(&format!("; jit log:\n{log}"));
+            }
+            RuntimeError::Driver {
+                action: action("loading"),
+                message,
+            }
+        })?;
+        (module, Vec::new())
+    };
     let entry = CString::new(source.entry).map_err(|_| RuntimeError::Driver {
         action: action("finding the entry of"),
         message: "the entry name holds a NUL byte".to_string(),
@@ -173,6 +191,7 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
         params: source.params.to_vec(),
         shared_bytes: source.shared_bytes,
         tensor_maps: specs_in_ptx(source.name, source.ptx)?,
+        warnings,
     })
 }
 
@@ -194,6 +213,12 @@ impl LoadedKernel {
     /// The parameters every launch is checked against.
     pub fn params(&self) -> &[ParamType] {
         &self.params
+    }
+
+    /// What ptxas said of its PTX that costs speed (`wgmma`s serialized, other "Potential
+    /// Performance Loss" notes), where it was loaded to report them; else none.
+    pub fn performance_warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Queues the kernel on `stream` (of this kernel's context; null: the legacy default

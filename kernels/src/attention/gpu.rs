@@ -610,8 +610,19 @@ fn load(
             entry: signature.name,
             params: &params,
             shared_bytes,
+            // A candidate's ptxas warnings are what `kiln tune` reports of it.
+            report: candidate.is_some(),
         },
     )?)
+}
+
+/// What ptxas said costs `candidate` speed, once a call on `device` has loaded it (none
+/// before: the trial that runs it loads it).
+pub fn candidate_warnings(device: &Device, candidate: &Candidate) -> Vec<String> {
+    MODULES
+        .get(device.context(), &candidate.module_name())
+        .map(|kernel| kernel.performance_warnings().to_vec())
+        .unwrap_or_default()
 }
 
 /// Loads (once per context) and launches one planned kernel with its roles at `address`.
