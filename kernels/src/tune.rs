@@ -192,9 +192,8 @@ pub fn tune(
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {
-            let mut warnings = Vec::new();
-            let outcome = match compile(kernel, &timed, config, target) {
-                Err(message) => Outcome::Failed(message),
+            let (outcome, warnings) = match compile(kernel, &timed, config, target) {
+                Err(message) => (Outcome::Failed(message), Vec::new()),
                 Ok(candidate) => {
                     // PTX the driver refuses fails its trial, with the driver's log.
                     let overrides = Overrides::default().with(candidate.clone());
@@ -205,8 +204,7 @@ pub fn tune(
                     };
                     let outcome = trial(device, setup, kernel, &overrides, problems)
                         .unwrap_or_else(|e| Outcome::Failed(e.to_string()));
-                    warnings = gpu::candidate_warnings(device, &candidate);
-                    outcome
+                    (outcome, gpu::candidate_warnings(device, &candidate))
                 }
             };
             let trial = Trial {

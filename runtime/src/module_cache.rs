@@ -123,15 +123,13 @@ impl ModuleCache {
 
 fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
     let action = |what: &str| format!("{what} module `{}`", source.name);
-    let ptx = CString::new(source.ptx).map_err(|_| RuntimeError::Driver {
+    let nul = || RuntimeError::Driver {
         action: action("loading"),
         message: "the PTX holds a NUL byte".to_string(),
-    })?;
+    };
+    let ptx = CString::new(source.ptx).map_err(|_| nul())?;
     let (module, warnings) = if source.report {
-        let load = jit_load(source.ptx, true).ok_or_else(|| RuntimeError::Driver {
-            action: action("loading"),
-            message: "the PTX holds a NUL byte".to_string(),
-        })?;
+        let load = jit_load(source.ptx, true).ok_or_else(nul)?;
         let module = load.module.ok_or_else(|| RuntimeError::Driver {
             action: action("loading"),
             message: format!("the driver refused the PTX; jit log:\n{}", load.error),
