@@ -113,6 +113,17 @@ pub struct CompileOptions {
     /// causal forward loses 5-6% with it (docs/PERF.md, twenty-first session), so the table
     /// chooses it. Needs `producer`.
     pub lean_producer: bool,
+    /// Whether a `wgmma` takes an A operand its loop does not define (a tile in shared memory
+    /// it would otherwise read through a descriptor every iteration) from registers: `ldmatrix`
+    /// loads it once before the outermost such loop, outside any loop at the `dot`. It spares
+    /// the tensor cores' shared-memory reads where they bind: D64's forward in 256 x 64 blocks
+    /// (`m64n64k16`, whose A and B reads take 128 bytes a clock) 1.02-1.03x; the forwards at
+    /// N = 128 lost 4-5%, the dQ kernels 3-7% (docs/PERF.md, twenty-fourth session), so it is a
+    /// configuration the table and `kiln tune` choose. ptxas before CUDA 13.3 (and the JIT of
+    /// drivers before it) ends the life of a register only `wgmma`s read at its last read in
+    /// the loop and gives it to another value, which the next iteration then multiplies: a use
+    /// after the loop that never runs keeps it (`thread::ir::Op::KeepLive`). Needs `wgmma`.
+    pub resident_a: bool,
 }
 
 impl Default for CompileOptions {
@@ -170,6 +181,7 @@ impl CompileOptions {
             uniform_warpgroup: false,
             descriptors_at_issue: false,
             lean_producer: false,
+            resident_a: false,
         }
     }
 
@@ -208,6 +220,12 @@ impl CompileOptions {
             lean_producer,
             ..self
         }
+    }
+
+    /// The same options with loop-invariant `wgmma` A operands in registers (or not):
+    /// [`CompileOptions::resident_a`].
+    pub fn with_resident_a(self, resident_a: bool) -> CompileOptions {
+        CompileOptions { resident_a, ..self }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.
@@ -288,6 +306,9 @@ impl CompileOptions {
         }
         if self.descriptors_at_issue && !self.wgmma {
             return invalid("descriptors at issue are wgmma's: they need wgmma".to_string());
+        }
+        if self.resident_a && !self.wgmma {
+            return invalid("A operands in registers are wgmma's: they need wgmma".to_string());
         }
         if self.lean_producer && !self.producer {
             return invalid(

@@ -80,7 +80,8 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
             .with_producer(case.producer)
             .with_lean_producer(case.lean_producer)
             .with_uniform_warpgroup(case.uniform_warpgroup)
-            .with_descriptors_at_issue(case.descriptors_at_issue),
+            .with_descriptors_at_issue(case.descriptors_at_issue)
+            .with_resident_a(case.resident_a),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -558,22 +559,11 @@ fn call_case(
     target: Target,
     config: KernelConfig,
 ) -> cases::Case {
-    cases::Case {
-        name: plan::specialisation_name(kernel, p, target),
-        kernel: kernel
-            .build(&p.spec(kernel, config))
-            .expect("an attention kernel builds"),
-        divisibility: prebuilt::divisibility(kernel),
-        num_warps: config.num_warps,
-        num_stages: config.num_stages,
-        target,
-        wgmma: config.wgmma,
-        producer: config.producer,
-        uniform_warpgroup: config.uniform_warpgroup,
-        descriptors_at_issue: config.descriptors_at_issue,
-        lean_producer: config.lean_producer,
-        tolerance: cases::attention_tolerance(kernel.name(), p.dtype),
-    }
+    let built = kernel
+        .build(&p.spec(kernel, config))
+        .expect("an attention kernel builds");
+    let name = plan::specialisation_name(kernel, p, target);
+    cases::attention_config_case(name, kernel, built, target, config)
 }
 
 /// Options for `kernel` at `config` on `target`, assuming of its arguments what the prebuilt
@@ -590,7 +580,8 @@ fn attention_options(
             .with_producer(config.producer)
             .with_lean_producer(config.lean_producer)
             .with_uniform_warpgroup(config.uniform_warpgroup)
-            .with_descriptors_at_issue(config.descriptors_at_issue),
+            .with_descriptors_at_issue(config.descriptors_at_issue)
+            .with_resident_a(config.resident_a),
         |options, (arg, n)| options.with_divisibility(arg, n),
     )
 }
@@ -719,6 +710,7 @@ fn the_emulator_agrees_on_every_attention_kernel() {
                 a.lean_producer,
                 a.uniform_warpgroup,
                 a.descriptors_at_issue,
+                a.resident_a,
             ) == (
                 b.num_warps,
                 b.num_stages,
@@ -727,6 +719,7 @@ fn the_emulator_agrees_on_every_attention_kernel() {
                 b.lean_producer,
                 b.uniform_warpgroup,
                 b.descriptors_at_issue,
+                b.resident_a,
             )
     };
     for case in &cases {
@@ -774,6 +767,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 uniform_warpgroup: false,
                 descriptors_at_issue: false,
                 lean_producer: false,
+                resident_a: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -2079,6 +2073,126 @@ fn descriptors_at_issue_are_added_in_the_wgmma_statement() {
         let outcome = emulate_run(&with, &run);
         assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
     }
+}
+
+/// `resident_a` (the long D64 forward's table entry): a `wgmma`'s A operand that its loop does
+/// not define is loaded into registers by `ldmatrix` once, before each loop (and at the `dot`
+/// outside any loop), and every `wgmma` of the scores takes A from registers; without it none
+/// loads A at all. One defined in its loop stays a descriptor: the fused D128 dK/dV's dS^T,
+/// while its K and V (A of S^T and dP^T, the query loop's invariants) go to registers. After
+/// each loop a use that never runs keeps the registers live for ptxas (which gave them away
+/// inside the loop without it: the GPU cases' `_resident_a` dQ kernels). The emulator agrees
+/// with the interpreter on each, the persistent D128 forward included (its Q copied by the
+/// producer's TMA, read by `ldmatrix` from that tile; docs/PERF.md, twenty-fourth session).
+#[test]
+fn a_resident_a_operand_is_loaded_once_before_its_loops() {
+    let seqlen = KeyLength::Long.example_seqlen(false);
+    let long = cases::attention_params(BF16, 64, false, seqlen, seqlen);
+    let table = long.config(Target::Sm90a).unwrap().forward;
+    assert!(table.resident_a, "{table}");
+    let with = call_case(&long, AttentionKernel::Forward, Target::Sm90a, table);
+    let without_config = KernelConfig {
+        resident_a: false,
+        ..table
+    };
+    let without = call_case(
+        &long,
+        AttentionKernel::Forward,
+        Target::Sm90a,
+        without_config,
+    );
+    let layout_text = |case: &cases::Case| {
+        compile(&case.kernel, &case_options(case, Target::Sm90a))
+            .unwrap()
+            .stage(Stage::Layout)
+            .to_string()
+    };
+    let ptx = |case: &cases::Case| compile_case(case).ptx().to_string();
+    // Three loads of Q (the first block's scores, then before each of the two key loops), four
+    // `ldmatrix.x4` a warp each; the scores' `wgmma`s read no A descriptor.
+    let (with_ptx, without_ptx) = (ptx(&with), ptx(&without));
+    assert_eq!(with_ptx.matches("ldmatrix").count(), 12);
+    assert_eq!(without_ptx.matches("ldmatrix").count(), 0);
+    // A `wgmma` with A from shared memory ends in scale-d, both scales and both transposes.
+    let by_descriptor = |ptx: &str| {
+        ptx.lines()
+            .filter(|l| l.starts_with("wgmma.mma_async"))
+            .filter(|l| {
+                let flags: Vec<&str> = l.trim_end_matches(';').rsplit(", ").take(5).collect();
+                flags.len() == 5 && flags[..4].iter().all(|f| *f == "0" || *f == "1")
+            })
+            .count()
+    };
+    assert_eq!(by_descriptor(&with_ptx), 0);
+    assert!(by_descriptor(&without_ptx) > 0);
+    // After each key loop a store of its 16 registers that never runs keeps ptxas from giving
+    // them away inside the loop (four `v4` stores a loop).
+    assert_eq!(with_ptx.matches("@never st.shared.v4.b32").count(), 8);
+    assert_eq!(without_ptx.matches("@never").count(), 0);
+    let hoisted = layout_text(&with);
+    assert_eq!(
+        hoisted
+            .matches("in registers converted before the loop")
+            .count(),
+        2,
+        "{hoisted}"
+    );
+    // The fused D128 dK/dV: K and V before the query loop, dS^T by descriptor.
+    let fused = fused_d128_params();
+    let dkdv = KernelConfig {
+        resident_a: true,
+        ..fused.config(Target::Sm90a).unwrap().dkdv
+    };
+    let fused_case = call_case(&fused, AttentionKernel::DkDv, Target::Sm90a, dkdv);
+    let text = layout_text(&fused_case);
+    assert_eq!(
+        text.matches("in registers converted before the loop")
+            .count(),
+        2,
+        "{text}"
+    );
+    let fused_ptx = ptx(&fused_case);
+    assert!(by_descriptor(&fused_ptx) > 0);
+    // The persistent D128 forward, Q in registers from the producer's tile.
+    let d128 = attention_config("attention_fwd", 128, false, Target::Sm90a);
+    let persistent = KernelConfig {
+        resident_a: true,
+        ..d128
+    };
+    let persistent_case =
+        attention_case_at("attention_fwd", BF16, 128, false, Target::Sm90a, persistent);
+    let text = layout_text(&persistent_case);
+    assert_eq!(
+        text.matches("in registers converted before the loop")
+            .count(),
+        2,
+        "{text}"
+    );
+    let dq = KernelConfig {
+        resident_a: true,
+        ..attention_config("attention_bwd_dq", 64, false, Target::Sm90a)
+    };
+    let dq_case = attention_case_at("attention_bwd_dq", BF16, 64, false, Target::Sm90a, dq);
+    for case in [&dq_case, &with, &fused_case, &persistent_case] {
+        for run in cases::runs(case) {
+            let outcome = emulate_run(case, &run);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "{} {}: {:?}",
+                case.name, run.label, outcome.first
+            );
+        }
+    }
+    let refused = compile(
+        &with.kernel,
+        &CompileOptions::new(Target::Sm90a, 4).with_resident_a(true),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("A operands in registers are wgmma's"),
+        "{refused}"
+    );
 }
 
 /// A `dot` whose accumulator is zeros issues its first `wgmma` with `scale-d` false, reading no

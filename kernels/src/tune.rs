@@ -24,7 +24,8 @@ use crate::reference::Rng;
 /// dK/dV, which is key-major there), at 8 warps also with a producer warpgroup issuing the copies
 /// (keeping 40 registers or 24; the forward's also persistent), each two-warpgroup one with a
 /// uniform warpgroup index and the backward's with descriptors at issue, and for the forward 256
-/// query rows of 16 warps (four warpgroups taking turns, with a producer or not; the backward's
+/// query rows of 16 warps (four warpgroups taking turns, with a producer, with Q in registers, or
+/// neither; the backward's
 /// accumulators need more registers than 16 warps leave a thread). The compiler refuses what does
 /// not fit (shared memory, warps the tile cannot feed); those trials say so.
 pub fn candidates(
@@ -99,8 +100,9 @@ pub fn candidates(
     if target == Target::Sm90a && kernel == AttentionKernel::Forward {
         for block_n in [64, 128] {
             for &num_stages in stages {
+                // Four warpgroups reading one Q tile: each also with Q in registers.
                 let config = KernelConfig::new(256, block_n, 16, num_stages).on_wgmma();
-                all.extend([config, config.with_producer()]);
+                all.extend([config, config.with_resident_a(), config.with_producer()]);
             }
         }
     }

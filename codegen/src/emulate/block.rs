@@ -689,7 +689,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 self.c().shared.commit_async();
                 Ok(())
             }
-            Op::WgmmaFence => Ok(()),
+            Op::WgmmaFence | Op::KeepLive(_) => Ok(()),
             // The products were computed at issue; what they read stays read until here.
             Op::WgmmaWait { pending, values } => {
                 self.c().shared.wait_async(*pending);
@@ -1362,6 +1362,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
             | Op::WgmmaFence
             | Op::Wgmma { .. }
             | Op::WgmmaCommit
+            | Op::KeepLive(_)
             | Op::WgmmaWait { .. }
             | Op::Shuffle { .. } => return Err("not a value op".to_string()),
         })

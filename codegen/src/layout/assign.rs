@@ -64,6 +64,10 @@ pub enum ConversionKind {
     Ldmatrix { from: Layout },
     /// A shared tile (`from`) read by `wgmma` itself, through a matrix descriptor.
     Descriptor { from: Layout },
+    /// A shared tile (`from`) into a `wgmma` A operand's registers by `ldmatrix`, once, right
+    /// before the outermost loop that does not define it ([`crate::CompileOptions::resident_a`]);
+    /// the loop's `dot`s read those registers (`Hoisted`).
+    LdmatrixBeforeLoop { from: Layout },
     /// An mma accumulator (rounded to 16 bits) as the A operand of the next mma: register pairs
     /// of the accumulator are the operand's registers, no data moves (FlashAttention-2's `P @ V`).
     AccumulatorAsA,
@@ -777,9 +781,13 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             } else {
                 Layout::Shared(shared)
             };
-            let kind = match result.version {
-                MmaVersion::V2 => ConversionKind::Ldmatrix { from },
-                MmaVersion::V3 => ConversionKind::Descriptor { from },
+            // A `wgmma`'s A in registers is loaded once before its loops (`hoist`).
+            let kind = match (result.version, operand) {
+                (MmaVersion::V3, Operand::A) if options.resident_a => {
+                    ConversionKind::Ldmatrix { from }
+                }
+                (MmaVersion::V3, _) => ConversionKind::Descriptor { from },
+                (MmaVersion::V2, _) => ConversionKind::Ldmatrix { from },
             };
             conversions
                 .entry(dot.inst_index)

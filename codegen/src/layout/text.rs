@@ -74,9 +74,9 @@ impl LayoutAssignment {
                             ));
                             continue;
                         }
-                        ConversionKind::Ldmatrix { from } | ConversionKind::Descriptor { from } => {
-                            alias(from)
-                        }
+                        ConversionKind::Ldmatrix { from }
+                        | ConversionKind::Descriptor { from }
+                        | ConversionKind::LdmatrixBeforeLoop { from } => alias(from),
                         _ => self.layout(value).map_or("?".to_string(), &alias),
                     };
                     out.push_str(&format!(

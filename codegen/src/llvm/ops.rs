@@ -144,6 +144,34 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm(statement, &[], &[], &[])?;
                 return Ok(());
             }
+            Op::KeepLive(regs) => {
+                // `%nsmid` is never 0, which ptxas cannot know: the stores stay, never run.
+                let (words, _) = self.asm_operands(regs)?;
+                let names: Vec<String> = (0..words.len()).map(|w| format!("${w}")).collect();
+                let mut stores: Vec<String> = names
+                    .chunks_exact(4)
+                    .map(|four| {
+                        format!(
+                            "@never st.shared.v4.b32 [kiln_shared], {{{}}};",
+                            four.join(", ")
+                        )
+                    })
+                    .collect();
+                stores.extend(
+                    names
+                        .chunks_exact(4)
+                        .remainder()
+                        .iter()
+                        .map(|one| format!("@never st.shared.b32 [kiln_shared], {one};")),
+                );
+                let asm = format!(
+                    "{{\n\t.reg .pred never;\n\t.reg .b32 sms;\n\tmov.u32 sms, %nsmid;\n\t\
+                     setp.eq.u32 never, sms, 0;\n\t{}\n\t}}",
+                    stores.join("\n\t")
+                );
+                self.asm(&asm, &asm_constraints(&words), &[], &words)?;
+                return Ok(());
+            }
             Op::MbarrierInit { bar, count, pred } => {
                 let asm = format!("mbarrier.init.shared::cta.b64 [$0], {count};");
                 return self.predicated_asm(&asm, &[self.shared_word(*bar)?], *pred);
@@ -486,6 +514,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::WgmmaFence
             | Op::Wgmma { .. }
             | Op::WgmmaCommit
+            | Op::KeepLive(_)
             | Op::WgmmaWait { .. }
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit

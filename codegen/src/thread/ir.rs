@@ -381,6 +381,11 @@ pub enum Op {
     },
     /// `wgmma.commit_group.sync.aligned`: the `wgmma`s issued since the last commit form a group.
     WgmmaCommit,
+    /// A use of `regs` that never runs (a store under a predicate no launch makes true), after
+    /// a loop whose `wgmma`s read them as A: ptxas before CUDA 13.3 ends the life of a register
+    /// only `wgmma`s read at its last such read, and gives it to another value while the loop
+    /// still needs it (docs/PERF.md, twenty-fourth session); a use after the loop keeps it.
+    KeepLive(Vec<Reg>),
     /// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` groups are
     /// incomplete. The results are `values` (the accumulators of the groups it retires),
     /// passed through, so that what reads them stays after the wait.

@@ -272,6 +272,7 @@ fn op_text(op: &Op) -> String {
             )
         }
         Op::WgmmaCommit => "wgmma.commit_group".to_string(),
+        Op::KeepLive(values) => format!("keep_live {}", regs(values)),
         Op::WgmmaWait { pending, values } => {
             format!("wgmma.wait_group {pending} {}", regs(values))
         }

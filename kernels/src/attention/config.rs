@@ -7,7 +7,8 @@
 //! descriptors take their warpgroup's index from lane 0 (kiln-codegen's `uniform_warpgroup`),
 //! `at issue` where each `wgmma` statement adds its descriptors' offsets (kiln-codegen's
 //! `descriptors_at_issue`), `lean` where the producer keeps 24 registers and its consumers 240
-//! (kiln-codegen's `lean_producer`).
+//! (kiln-codegen's `lean_producer`), `A in registers` where a `wgmma`'s loop-invariant A operand
+//! (the forward's Q) is loaded into registers once (kiln-codegen's `resident_a`).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -16,7 +17,7 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma, A in registers) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -117,6 +118,10 @@ pub struct KernelConfig {
     /// consumer warpgroups 240 (a configuration with a producer; docs/PERF.md,
     /// twenty-first session).
     pub lean_producer: bool,
+    /// kiln-codegen's `resident_a`: a `wgmma`'s A operand that its loop does not define (the
+    /// forward's Q) loaded into registers once, not read from shared memory every iteration
+    /// (a configuration with `wgmma`; docs/PERF.md, twenty-fourth session).
+    pub resident_a: bool,
     /// The fused dK/dV's dQ by turns: key-major with a query tile of one warpgroup's 64 rows
     /// and two warpgroups, each tile's `dQ = dS K` computed whole by one of them, the two
     /// taking turns ([`super::dkdv_dq_by_turns`]).
@@ -141,6 +146,7 @@ impl KernelConfig {
             uniform_warpgroup: false,
             descriptors_at_issue: false,
             lean_producer: false,
+            resident_a: false,
             dq_by_turns: false,
         }
     }
@@ -185,6 +191,14 @@ impl KernelConfig {
         }
     }
 
+    /// The same configuration, its loop-invariant `wgmma` A operands in registers.
+    pub const fn with_resident_a(self) -> KernelConfig {
+        KernelConfig {
+            resident_a: true,
+            ..self
+        }
+    }
+
     /// The same configuration, the fused dK/dV's dQ by turns.
     pub const fn with_dq_by_turns(self) -> KernelConfig {
         KernelConfig {
@@ -203,6 +217,7 @@ impl KernelConfig {
             lean_producer: self.lean_producer,
             uniform_warpgroup: self.uniform_warpgroup,
             descriptors_at_issue: self.descriptors_at_issue,
+            resident_a: self.resident_a,
         }
     }
 
@@ -251,6 +266,7 @@ pub struct CodegenKnobs {
     pub lean_producer: bool,
     pub uniform_warpgroup: bool,
     pub descriptors_at_issue: bool,
+    pub resident_a: bool,
 }
 
 impl CodegenKnobs {
@@ -276,13 +292,15 @@ impl CodegenKnobs {
                 .with_producer(self.producer)
                 .with_lean_producer(self.lean_producer)
                 .with_uniform_warpgroup(self.uniform_warpgroup)
-                .with_descriptors_at_issue(self.descriptors_at_issue),
+                .with_descriptors_at_issue(self.descriptors_at_issue)
+                .with_resident_a(self.resident_a),
             |options, (name, n)| options.with_divisibility(name, n),
         )
     }
 }
 
-/// `4 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, descriptors at issue`.
+/// `4 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, descriptors at issue,
+/// A in registers`.
 impl std::fmt::Display for CodegenKnobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = |n: u32| if n == 1 { "" } else { "s" };
@@ -300,6 +318,7 @@ impl std::fmt::Display for CodegenKnobs {
             (self.lean_producer, "lean producer"),
             (self.uniform_warpgroup, "uniform warpgroup"),
             (self.descriptors_at_issue, "descriptors at issue"),
+            (self.resident_a, "A in registers"),
         ];
         for (_, name) in knobs.into_iter().filter(|(on, _)| *on) {
             write!(f, ", {name}")?;
@@ -308,7 +327,7 @@ impl std::fmt::Display for CodegenKnobs {
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:turns]]`,
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]]`,
 /// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
@@ -317,7 +336,7 @@ impl std::str::FromStr for KernelConfig {
         let refuse = || {
             format!(
                 "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
-                 [:uniform][:at-issue][:turns]], got `{text}`"
+                 [:uniform][:at-issue][:resident-a][:turns]], got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
@@ -330,6 +349,7 @@ impl std::str::FromStr for KernelConfig {
             found
         };
         let turns = flag("turns");
+        let resident_a = flag("resident-a");
         let at_issue = flag("at-issue");
         let uniform = flag("uniform");
         let lean = flag("lean");
@@ -352,13 +372,14 @@ impl std::str::FromStr for KernelConfig {
             number(stages)? as u32,
         );
         type With = fn(KernelConfig) -> KernelConfig;
-        let knobs: [(bool, With); 7] = [
+        let knobs: [(bool, With); 8] = [
             (wgmma, KernelConfig::on_wgmma),
             (producer, KernelConfig::with_producer),
             (persistent, KernelConfig::persistent),
             (lean, KernelConfig::with_lean_producer),
             (uniform, KernelConfig::with_uniform_warpgroup),
             (at_issue, KernelConfig::with_descriptors_at_issue),
+            (resident_a, KernelConfig::with_resident_a),
             (turns, KernelConfig::with_dq_by_turns),
         ];
         Ok(knobs.into_iter().fold(
@@ -569,9 +590,13 @@ pub fn config(
     // is persistent at every length since its descriptors went uniform: against one program a
     // block (its `wgmma` descriptors uniform where causal) 1.03x at 4k, 1.02x at 8k, 0.98x at
     // 16k without a mask, causal 1.05x at 8k, 0.99x at 16k; under the power cap 1.01-1.03x
-    // and 1.05x, 1.00x (run 215, seventeenth session).
+    // and 1.05x, 1.00x (run 215, seventeenth session). The long D64 forward's Q in registers (its
+    // `m64n64k16` scores read 128 bytes of shared memory a clock from descriptors): 1.02-1.04x
+    // from 4k to 16k, 1.02-1.03x under the power cap (runs 293 and 296, twenty-fourth session).
     let forward = match (target, head_dim, causal, keys) {
-        (Target::Sm90a, 64, false, KeyLength::Long) => c(256, 64, 16, 2).on_wgmma(),
+        (Target::Sm90a, 64, false, KeyLength::Long) => {
+            c(256, 64, 16, 2).on_wgmma().with_resident_a()
+        }
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {

@@ -16,7 +16,7 @@ use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
 use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, Tensor, cpu, dkdv_dq_by_turns, plan, prebuilt,
+    AttentionKernel, AttentionParams, KernelConfig, Tensor, cpu, dkdv_dq_by_turns, plan, prebuilt,
 };
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
@@ -155,6 +155,12 @@ pub struct Case {
         reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
     )]
     pub lean_producer: bool,
+    /// kiln-codegen's `resident_a`: a `wgmma`'s loop-invariant A operand in registers.
+    #[allow(
+        dead_code,
+        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
+    )]
+    pub resident_a: bool,
     pub tolerance: Tolerance,
 }
 
@@ -212,6 +218,36 @@ pub fn attention_params(
     }
 }
 
+/// Attention kernel `which`, built as `kernel`, compiled for `target` as `config` says, with
+/// the divisibility its launchers check.
+pub fn attention_config_case(
+    name: String,
+    which: AttentionKernel,
+    kernel: Kernel,
+    target: Target,
+    config: KernelConfig,
+) -> Case {
+    let dtype = kernel
+        .spec
+        .dtype_param("T")
+        .expect("attention kernels have a T");
+    Case {
+        name,
+        divisibility: prebuilt::divisibility(which),
+        tolerance: attention_tolerance(kernel.name(), dtype),
+        kernel,
+        num_warps: config.num_warps,
+        num_stages: config.num_stages,
+        target,
+        wgmma: config.wgmma,
+        producer: config.producer,
+        uniform_warpgroup: config.uniform_warpgroup,
+        descriptors_at_issue: config.descriptors_at_issue,
+        lean_producer: config.lean_producer,
+        resident_a: config.resident_a,
+    }
+}
+
 /// The interpreter tests' bar for an attention kernel's outputs (`attention::check`): O's for
 /// the forward, the gradients' for dQ and dK/dV; the preprocessing kernel sums in f32.
 pub fn attention_tolerance(name: &str, dtype: DType) -> Tolerance {
@@ -242,6 +278,7 @@ pub fn cases() -> Vec<Case> {
                 uniform_warpgroup: false,
                 descriptors_at_issue: false,
                 lean_producer: false,
+                resident_a: false,
                 tolerance,
             })
         };
@@ -363,6 +400,7 @@ pub fn cases() -> Vec<Case> {
                 uniform_warpgroup: false,
                 descriptors_at_issue: false,
                 lean_producer: false,
+                resident_a: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -394,6 +432,7 @@ pub fn cases() -> Vec<Case> {
             uniform_warpgroup: false,
             descriptors_at_issue: false,
             lean_producer: false,
+            resident_a: false,
             tolerance: reduced(dtype),
         });
     }
@@ -416,29 +455,15 @@ pub fn cases() -> Vec<Case> {
         uniform_warpgroup: false,
         descriptors_at_issue: false,
         lean_producer: false,
+        resident_a: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
     for s in prebuilt::shipped() {
         let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
-        let dtype = kernel
-            .spec
-            .dtype_param("T")
-            .expect("attention kernels have a T");
-        cases.push(Case {
-            name: s.name,
-            divisibility: prebuilt::divisibility(s.kernel),
-            tolerance: attention_tolerance(kernel.name(), dtype),
-            kernel,
-            num_warps: s.config.num_warps,
-            num_stages: s.config.num_stages,
-            target: s.target,
-            wgmma: s.config.wgmma,
-            producer: s.config.producer,
-            uniform_warpgroup: s.config.uniform_warpgroup,
-            descriptors_at_issue: s.config.descriptors_at_issue,
-            lean_producer: s.config.lean_producer,
-        });
+        cases.push(attention_config_case(
+            s.name, s.kernel, kernel, s.target, s.config,
+        ));
     }
     // The fused D128 dK/dV with dQ by turns (not in the table): a `dot` of one warpgroup, the
     // warpgroups meeting on a pair of barriers, one arriving and one waiting.
@@ -450,24 +475,29 @@ pub fn cases() -> Vec<Case> {
         }
         let spec = s.spec.clone().flag("DQ_BY_TURNS", true);
         let kernel = s.kernel.build(&spec).expect("dQ by turns builds");
-        let dtype = kernel
-            .spec
-            .dtype_param("T")
-            .expect("attention kernels have a T");
-        cases.push(Case {
-            name: format!("{}_turns", s.name),
-            divisibility: prebuilt::divisibility(s.kernel),
-            tolerance: attention_tolerance(kernel.name(), dtype),
-            kernel,
-            num_warps: config.num_warps,
-            num_stages: config.num_stages,
-            target: s.target,
-            wgmma: config.wgmma,
-            producer: config.producer,
-            uniform_warpgroup: config.uniform_warpgroup,
-            descriptors_at_issue: config.descriptors_at_issue,
-            lean_producer: config.lean_producer,
-        });
+        let name = format!("{}_turns", s.name);
+        cases.push(attention_config_case(
+            name, s.kernel, kernel, s.target, config,
+        ));
+    }
+    // The bf16 dQ kernels on `wgmma` with Q and dO in registers (kiln-codegen's `resident_a`,
+    // not in the table), at the head dims with the registers for it (D128's spills, D256's
+    // `wgmma`s are serialised): `ldmatrix` before the key loop, from Q's TMA tile and dO's
+    // staged one. Without the use after the loop that keeps them live, the driver's ptxas
+    // (580.159) gave dO's registers to dS inside the loop: wrong from the second key block
+    // (docs/PERF.md, run 295), where the emulator agreed.
+    for s in prebuilt::shipped() {
+        let bf16 = s.spec.get("T") == Some(SpecValue::DType(BF16));
+        let fits = matches!(s.spec.get("HEAD_DIM"), Some(SpecValue::Int(32 | 64)));
+        if s.kernel != AttentionKernel::Dq || !s.config.wgmma || !bf16 || !fits {
+            continue;
+        }
+        let config = s.config.with_resident_a();
+        let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
+        let name = format!("{}_resident_a", s.name);
+        cases.push(attention_config_case(
+            name, s.kernel, kernel, s.target, config,
+        ));
     }
     for target in Target::ALL {
         for dtype in [F16, BF16] {
@@ -497,6 +527,7 @@ pub fn cases() -> Vec<Case> {
                     uniform_warpgroup: false,
                     descriptors_at_issue: false,
                     lean_producer: false,
+                    resident_a: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }

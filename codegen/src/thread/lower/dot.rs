@@ -635,6 +635,18 @@ impl Lowering<'_> {
                     .collect(),
             ));
         }
+        self.shared_fragments(mma, op, value, shape)
+    }
+
+    /// Operand `op` (`value`, of logical `shape`) read from its shared tile with `ldmatrix`,
+    /// each load issued on first use ([`Lowering::fragment`]).
+    fn shared_fragments(
+        &mut self,
+        mma: MmaV2,
+        op: Operand,
+        value: Value,
+        shape: [usize; 2],
+    ) -> Result<Fragments> {
         let tile = self.shared_tiles.get(&value).copied().ok_or_else(|| {
             CodegenError::internal(
                 Stage::Thread,
@@ -674,6 +686,35 @@ impl Lowering<'_> {
             addresses,
             regs: vec![None; mma.operand_registers(op, shape)],
         })
+    }
+
+    /// A `wgmma`'s A operand `value`, whose accumulator layout `to` is the parent of, loaded
+    /// from its shared tile into registers whole ([`crate::CompileOptions::resident_a`]).
+    pub(super) fn resident_a(
+        &mut self,
+        inst: &TileInst,
+        value: Value,
+        to: &Layout,
+    ) -> Result<Vec<Reg>> {
+        let Layout::DotOperand(operand) = to else {
+            return Err(CodegenError::internal(
+                Stage::Thread,
+                format!("%{} in registers as {to}, not as a dot operand", value.0),
+            ));
+        };
+        let Layout::Mma(parent) = &*operand.parent else {
+            return Err(CodegenError::internal(
+                Stage::Thread,
+                "a dot operand whose parent is no mma layout",
+            ));
+        };
+        let mma = parent.as_v2();
+        let shape = self.shape(value);
+        let shape = [shape[0], shape[1]];
+        let mut fragments = self.shared_fragments(mma, Operand::A, value, shape)?;
+        (0..mma.operand_registers(Operand::A, shape))
+            .map(|r| self.fragment(inst, &mut fragments, r))
+            .collect()
     }
 
     /// Operand register `reg`, loading its `ldmatrix` (after a barrier if staged tiles were

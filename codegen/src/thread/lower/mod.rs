@@ -622,6 +622,8 @@ impl Lowering<'_> {
             {
                 self.after_opening_wgmmas();
             }
+            // A `wgmma` operand loaded before this loop, kept live past it.
+            let mut resident = Vec::new();
             for conversion in self.layouts.conversions_at(index) {
                 match &conversion.kind {
                     ConversionKind::ThroughShared => {
@@ -631,6 +633,12 @@ impl Lowering<'_> {
                     }
                     ConversionKind::BeforeLoop => {
                         let regs = self.convert(inst, conversion.value, &conversion.to)?;
+                        self.hoisted
+                            .push((conversion.value, conversion.to.clone(), regs));
+                    }
+                    ConversionKind::LdmatrixBeforeLoop { .. } => {
+                        let regs = self.resident_a(inst, conversion.value, &conversion.to)?;
+                        resident.extend(&regs);
                         self.hoisted
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
@@ -668,6 +676,9 @@ impl Lowering<'_> {
             let results = self.inst(inst)?;
             for (&result, regs) in inst.results.iter().zip(results) {
                 self.bind(result, regs);
+            }
+            if !resident.is_empty() {
+                self.emit_effect(Op::KeepLive(resident));
             }
             self.release_refills(index, inst)?;
         }

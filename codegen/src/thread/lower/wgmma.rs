@@ -112,21 +112,36 @@ impl Lowering<'_> {
         let rows_per_rep = MMA_M * mma.num_warps() as usize;
         let mut acc_regs = self.regs(acc)?;
         let accumulate = !is_zero_splat(acc, |v| self.definitions[v.index()].map(|i| &i.op));
-        let in_registers = self
+        // A in registers: an accumulator's, loaded here, or loaded before the loop (then the
+        // dot has no operand conversion of its own).
+        let a_conversion = self
             .layouts
             .dot_operand(self.current_inst, lhs)
-            .is_some_and(|c| c.kind == ConversionKind::AccumulatorAsA);
-        let a_registers = match in_registers {
-            true => match self.fragments(inst, mma, Operand::A, lhs, a_shape)? {
-                Fragments::Registers(regs) => Some(regs),
-                Fragments::Shared { .. } => {
-                    return Err(CodegenError::internal(
-                        Stage::Thread,
-                        "an accumulator operand in shared memory",
-                    ));
+            .map(|c| (c.kind.clone(), c.to.clone()));
+        let a_registers = match a_conversion {
+            Some((ConversionKind::AccumulatorAsA, _)) => {
+                match self.fragments(inst, mma, Operand::A, lhs, a_shape)? {
+                    Fragments::Registers(regs) => Some(regs),
+                    Fragments::Shared { .. } => {
+                        return Err(CodegenError::internal(
+                            Stage::Thread,
+                            "an accumulator operand in shared memory",
+                        ));
+                    }
                 }
-            },
-            false => None,
+            }
+            Some((ConversionKind::Ldmatrix { .. }, to)) => Some(self.resident_a(inst, lhs, &to)?),
+            Some(_) => None,
+            None => {
+                let hoisted = self
+                    .converted
+                    .iter()
+                    .find(|(v, to, _)| *v == lhs && matches!(to, Layout::DotOperand(_)));
+                let (_, _, regs) = hoisted.ok_or_else(|| {
+                    CodegenError::internal(Stage::Thread, "a dot operand without its conversion")
+                })?;
+                Some(regs.clone())
+            }
         };
         let a_descriptors = match a_registers {
             Some(_) => None,
