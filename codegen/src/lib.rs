@@ -117,9 +117,10 @@ pub struct CompileOptions {
     /// it would otherwise read through a descriptor every iteration) from registers: `ldmatrix`
     /// loads it once before the outermost such loop, outside any loop at the `dot`. It spares
     /// the tensor cores' shared-memory reads where they bind: D64's forward in 256 x 64 blocks
-    /// (`m64n64k16`, whose A and B reads take 128 bytes a clock) 1.02-1.03x; the forwards at
-    /// N = 128 lost 4-5%, the dQ kernels 3-7% (docs/PERF.md, twenty-fourth session), so it is a
-    /// configuration the table and `kiln tune` choose. ptxas before CUDA 13.3 (and the JIT of
+    /// (`m64n64k16`, whose A and B reads take 128 bytes a clock) 1.02-1.03x (run 296); the
+    /// forwards at N = 128 ran 0.91-0.97x in a timing-only trial (run 292), the dQ kernels
+    /// 0.75-0.97x but for one at 1.03x (run 296; docs/PERF.md, twenty-fourth session), so it is
+    /// a configuration the table and `kiln tune` choose. ptxas before CUDA 13.3 (and the JIT of
     /// drivers before it) ends the life of a register only `wgmma`s read at its last read in
     /// the loop and gives it to another value, which the next iteration then multiplies: a use
     /// after the loop that never runs keeps it (`thread::ir::Op::KeepLive`). Needs `wgmma`.

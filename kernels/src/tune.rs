@@ -25,9 +25,9 @@ use crate::reference::Rng;
 /// (keeping 40 registers or 24; the forward's also persistent), each two-warpgroup one with a
 /// uniform warpgroup index and the backward's with descriptors at issue, and for the forward 256
 /// query rows of 16 warps (four warpgroups taking turns, with a producer, with Q in registers, or
-/// neither; the backward's
-/// accumulators need more registers than 16 warps leave a thread). The compiler refuses what does
-/// not fit (shared memory, warps the tile cannot feed); those trials say so.
+/// neither; the backward's accumulators need more registers than 16 warps leave a thread). The
+/// compiler refuses what does not fit (shared memory, warps the tile cannot feed); those trials
+/// say so.
 pub fn candidates(
     kernel: AttentionKernel,
     target: Target,

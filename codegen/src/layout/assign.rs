@@ -55,7 +55,8 @@ pub enum ConversionKind {
     /// As `ThroughShared`, of a value a loop uses but does not define: right before the `for`,
     /// once (the layout stage hoists it); the loop's uses read these registers (`Hoisted`).
     BeforeLoop,
-    /// An operand converted before its loop (`BeforeLoop`): no data moves here.
+    /// An operand converted before its loop (`BeforeLoop`, `LdmatrixBeforeLoop`): no data
+    /// moves here.
     Hoisted,
     /// Registers into a swizzled shared tile (`to` is [`Layout::Shared`]) right after the value
     /// is defined; `ldmatrix` reads it for every `dot` that uses it, directly or through `trans`.
@@ -781,9 +782,11 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
             } else {
                 Layout::Shared(shared)
             };
-            // A `wgmma`'s A in registers is loaded once before its loops (`hoist`).
+            // A `wgmma`'s A in registers is loaded once before its loops (`hoist`); a `dot` of
+            // one warpgroup (whose rows are not the program's) keeps its descriptors.
+            let one_warpgroup = one_warpgroup_dots.contains_key(&dot.inst_index);
             let kind = match (result.version, operand) {
-                (MmaVersion::V3, Operand::A) if options.resident_a => {
+                (MmaVersion::V3, Operand::A) if options.resident_a && !one_warpgroup => {
                     ConversionKind::Ldmatrix { from }
                 }
                 (MmaVersion::V3, _) => ConversionKind::Descriptor { from },

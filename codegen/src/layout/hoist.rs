@@ -26,22 +26,22 @@ pub(super) fn apply(kernel: &Kernel, assignment: &mut LayoutAssignment) {
         at,
         value,
         to,
-        to_kind,
+        destination,
     } in moves
     {
         for conversion in assignment.conversions.entry(at).or_default() {
             if conversion.value == value && conversion.to == to {
-                conversion.kind = match (&to_kind, &conversion.kind) {
-                    (ToKind::Descriptor, ConversionKind::Ldmatrix { from }) => {
+                conversion.kind = match (&destination, &conversion.kind) {
+                    (Destination::BackToDescriptor, ConversionKind::Ldmatrix { from }) => {
                         ConversionKind::Descriptor { from: from.clone() }
                     }
                     _ => ConversionKind::Hoisted,
                 };
             }
         }
-        let (before, kind) = match to_kind {
-            ToKind::Descriptor => continue,
-            ToKind::Before { index, kind } => (index, kind),
+        let (before, kind) = match destination {
+            Destination::BackToDescriptor => continue,
+            Destination::BeforeFor { index, kind } => (index, kind),
         };
         let before = assignment.conversions.entry(before).or_default();
         if !before.iter().any(|c| c.value == value && c.to == to) {
@@ -56,13 +56,14 @@ struct Move {
     at: usize,
     value: Value,
     to: Layout,
-    to_kind: ToKind,
+    destination: Destination,
 }
 
-/// Before the `for` at `index` (its kind there), or back to a descriptor at the `dot`.
-enum ToKind {
-    Before { index: usize, kind: ConversionKind },
-    Descriptor,
+/// Where a conversion goes: before the `for` at `index` (its kind there), or back to a
+/// descriptor at its `dot`.
+enum Destination {
+    BeforeFor { index: usize, kind: ConversionKind },
+    BackToDescriptor,
 }
 
 /// Whether `to` is the operand of a `wgmma`.
@@ -98,11 +99,11 @@ fn collect_moves(
             };
             // The outermost loop whose body does not define the value (the loops inside it
             // do not either).
-            let to_kind = match loops
+            let destination = match loops
                 .iter()
                 .find(|l| !l.defines.contains(&conversion.value))
             {
-                Some(target) => ToKind::Before {
+                Some(target) => Destination::BeforeFor {
                     index: target.index,
                     kind: kind_before,
                 },
@@ -110,7 +111,7 @@ fn collect_moves(
                 None if !loops.is_empty()
                     && matches!(conversion.kind, ConversionKind::Ldmatrix { .. }) =>
                 {
-                    ToKind::Descriptor
+                    Destination::BackToDescriptor
                 }
                 None => continue,
             };
@@ -118,7 +119,7 @@ fn collect_moves(
                 at: index,
                 value: conversion.value,
                 to: conversion.to.clone(),
-                to_kind,
+                destination,
             });
         }
         let is_loop = matches!(inst.op, Op::For { .. });

@@ -145,7 +145,9 @@ impl<'ctx> Translation<'_, 'ctx> {
                 return Ok(());
             }
             Op::KeepLive(regs) => {
-                // `%nsmid` is never 0, which ptxas cannot know: the stores stay, never run.
+                // `%nsmid` is never 0, which ptxas cannot know: the stores stay, never run. Their
+                // address is any: the registers came from a shared tile, so the kernel declares
+                // `kiln_shared`.
                 let (words, _) = self.asm_operands(regs)?;
                 let names: Vec<String> = (0..words.len()).map(|w| format!("${w}")).collect();
                 let mut stores: Vec<String> = names

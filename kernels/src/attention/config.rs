@@ -591,8 +591,8 @@ pub fn config(
     // block (its `wgmma` descriptors uniform where causal) 1.03x at 4k, 1.02x at 8k, 0.98x at
     // 16k without a mask, causal 1.05x at 8k, 0.99x at 16k; under the power cap 1.01-1.03x
     // and 1.05x, 1.00x (run 215, seventeenth session). The long D64 forward's Q in registers (its
-    // `m64n64k16` scores read 128 bytes of shared memory a clock from descriptors): 1.02-1.04x
-    // from 4k to 16k, 1.02-1.03x under the power cap (runs 293 and 296, twenty-fourth session).
+    // `m64n64k16` scores read 128 bytes of shared memory a clock from descriptors): 1.02-1.03x
+    // from 4k to 16k, and under the power cap (runs 293 and 296, twenty-fourth session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, false, KeyLength::Long) => {
             c(256, 64, 16, 2).on_wgmma().with_resident_a()
@@ -736,6 +736,17 @@ mod tests {
             turns.to_string(),
             "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, dQ by turns"
         );
+        let resident: KernelConfig = "256x64:16:2:wgmma:resident-a".parse().unwrap();
+        assert_eq!(
+            resident,
+            KernelConfig::new(256, 64, 16, 2)
+                .on_wgmma()
+                .with_resident_a()
+        );
+        assert_eq!(
+            resident.to_string(),
+            "256 x 64, 16 warps, 2 stages, wgmma, A in registers"
+        );
         for bad in [
             "64x128:8:2:turns",
             "64x128:8:2:wgmma:turns:uniform",
@@ -750,6 +761,8 @@ mod tests {
             "128x64:8:2:wgmma:at-issue:uniform",
             "128x64:8:2:wgmma:lean",
             "128x128:8:2:wgmma:producer:lean:persistent",
+            "128x64:4:2:resident-a",
+            "256x64:16:2:wgmma:resident-a:at-issue",
         ] {
             let err = bad.parse::<KernelConfig>().unwrap_err();
             assert!(err.contains(&format!("got `{bad}`")), "{err}");

@@ -483,9 +483,9 @@ pub fn cases() -> Vec<Case> {
     // The bf16 dQ kernels on `wgmma` with Q and dO in registers (kiln-codegen's `resident_a`,
     // not in the table), at the head dims with the registers for it (D128's spills, D256's
     // `wgmma`s are serialised): `ldmatrix` before the key loop, from Q's TMA tile and dO's
-    // staged one. Without the use after the loop that keeps them live, the driver's ptxas
-    // (580.159) gave dO's registers to dS inside the loop: wrong from the second key block
-    // (docs/PERF.md, run 295), where the emulator agreed.
+    // staged one. Without the use after the loop that keeps them live, the driver's JIT
+    // (580.159.04, as ptxas 13.0.88 does) gave dO's registers to dS inside the loop: wrong from
+    // the second key block (docs/PERF.md, run 295), where the emulator agreed.
     for s in prebuilt::shipped() {
         let bf16 = s.spec.get("T") == Some(SpecValue::DType(BF16));
         let fits = matches!(s.spec.get("HEAD_DIM"), Some(SpecValue::Int(32 | 64)));

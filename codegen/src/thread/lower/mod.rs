@@ -224,8 +224,8 @@ pub(super) struct Lowering<'a> {
     /// The ring's slot a tile's top takes for its refilled loads, until they are freed
     /// ([`refill`]).
     ring_slot: Option<refill::RingSlot>,
-    /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`), for the
-    /// loop's uses: (value, layout, registers).
+    /// Values converted before a loop that uses them (`ConversionKind::BeforeLoop`,
+    /// `LdmatrixBeforeLoop`), for the loop's uses: (value, layout, registers).
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,

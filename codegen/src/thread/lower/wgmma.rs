@@ -113,10 +113,12 @@ impl Lowering<'_> {
         let mut acc_regs = self.regs(acc)?;
         let accumulate = !is_zero_splat(acc, |v| self.definitions[v.index()].map(|i| &i.op));
         // A in registers: an accumulator's, loaded here, or loaded before the loop (then the
-        // dot has no operand conversion of its own).
+        // dot's conversion of it is `Hoisted`, and `converted` holds its registers).
         let a_conversion = self
             .layouts
-            .dot_operand(self.current_inst, lhs)
+            .conversions_at(self.current_inst)
+            .iter()
+            .find(|c| c.value == lhs && matches!(c.to, Layout::DotOperand(_)))
             .map(|c| (c.kind.clone(), c.to.clone()));
         let a_registers = match a_conversion {
             Some((ConversionKind::AccumulatorAsA, _)) => {
@@ -131,16 +133,25 @@ impl Lowering<'_> {
                 }
             }
             Some((ConversionKind::Ldmatrix { .. }, to)) => Some(self.resident_a(inst, lhs, &to)?),
-            Some(_) => None,
-            None => {
+            Some((ConversionKind::Hoisted, to)) => {
                 let hoisted = self
                     .converted
                     .iter()
-                    .find(|(v, to, _)| *v == lhs && matches!(to, Layout::DotOperand(_)));
+                    .find(|(v, t, _)| *v == lhs && *t == to);
                 let (_, _, regs) = hoisted.ok_or_else(|| {
-                    CodegenError::internal(Stage::Thread, "a dot operand without its conversion")
+                    CodegenError::internal(
+                        Stage::Thread,
+                        format!("%{} was not loaded before its loop", lhs.0),
+                    )
                 })?;
                 Some(regs.clone())
+            }
+            Some((ConversionKind::Descriptor { .. }, _)) => None,
+            _ => {
+                return Err(CodegenError::internal(
+                    Stage::Thread,
+                    "a wgmma's A operand without its conversion",
+                ));
             }
         };
         let a_descriptors = match a_registers {
