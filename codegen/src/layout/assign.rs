@@ -210,12 +210,14 @@ impl LayoutAssignment {
     pub fn dot_operand(&self, inst_index: usize, value: Value) -> Option<&Conversion> {
         self.conversions_at(inst_index).iter().find(|c| {
             c.value == value
-                && matches!(
-                    c.kind,
+                && match c.kind {
                     ConversionKind::Ldmatrix { .. }
-                        | ConversionKind::Descriptor { .. }
-                        | ConversionKind::AccumulatorAsA
-                )
+                    | ConversionKind::Descriptor { .. }
+                    | ConversionKind::AccumulatorAsA => true,
+                    // A `wgmma`'s A loaded before its loop (`LdmatrixBeforeLoop`).
+                    ConversionKind::Hoisted => matches!(c.to, Layout::DotOperand(_)),
+                    _ => false,
+                }
         })
     }
 

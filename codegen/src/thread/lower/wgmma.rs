@@ -116,9 +116,7 @@ impl Lowering<'_> {
         // dot's conversion of it is `Hoisted`, and `converted` holds its registers).
         let a_conversion = self
             .layouts
-            .conversions_at(self.current_inst)
-            .iter()
-            .find(|c| c.value == lhs && matches!(c.to, Layout::DotOperand(_)))
+            .dot_operand(self.current_inst, lhs)
             .map(|c| (c.kind.clone(), c.to.clone()));
         let a_registers = match a_conversion {
             Some((ConversionKind::AccumulatorAsA, _)) => {
@@ -133,19 +131,7 @@ impl Lowering<'_> {
                 }
             }
             Some((ConversionKind::Ldmatrix { .. }, to)) => Some(self.resident_a(inst, lhs, &to)?),
-            Some((ConversionKind::Hoisted, to)) => {
-                let hoisted = self
-                    .converted
-                    .iter()
-                    .find(|(v, t, _)| *v == lhs && *t == to);
-                let (_, _, regs) = hoisted.ok_or_else(|| {
-                    CodegenError::internal(
-                        Stage::Thread,
-                        format!("%{} was not loaded before its loop", lhs.0),
-                    )
-                })?;
-                Some(regs.clone())
-            }
+            Some((ConversionKind::Hoisted, _)) => Some(self.regs(lhs)?),
             Some((ConversionKind::Descriptor { .. }, _)) => None,
             _ => {
                 return Err(CodegenError::internal(
