@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use kiln_dsl::Kernel;
 
-use crate::{CodegenError, CompileOptions, Stage, compile};
+use crate::{CodegenError, CompileOptions, Keep, Stage, compile_keeping};
 
 /// This compiler: kiln-codegen's version and a fingerprint of its source.
 pub const COMPILER_VERSION: &str = concat!(
@@ -83,7 +83,12 @@ pub fn compile_cached(
             hit: true,
         });
     }
-    let compiled = compile(kernel, options)?;
+    let keep = if dump.is_some() {
+        Keep::EveryStage
+    } else {
+        Keep::Ptx
+    };
+    let compiled = compile_keeping(kernel, options, keep)?;
     if let Some(dump) = dump {
         let folder = dump.join(format!("{}-{}", kernel.name(), &key[..16]));
         write_stages(&folder, &compiled).map_err(|e| CodegenError::Options {
@@ -147,14 +152,13 @@ fn write(dir: &Path, key: &str, ptx: &str, shared_bytes: u32) -> std::io::Result
     std::fs::rename(&tmp, dir.join(file_name(key)))
 }
 
+/// Every stage's text of `compiled` (compiled keeping [`Keep::EveryStage`]).
 fn write_stages(folder: &Path, compiled: &crate::Compiled) -> std::io::Result<()> {
     std::fs::create_dir_all(folder)?;
     for stage in Stage::ALL {
         let ext = if stage == Stage::Ptx { "ptx" } else { "txt" };
-        std::fs::write(
-            folder.join(format!("{}.{ext}", stage.name())),
-            compiled.stage(stage),
-        )?;
+        let text = compiled.stage(stage).map_err(std::io::Error::other)?;
+        std::fs::write(folder.join(format!("{}.{ext}", stage.name())), text)?;
     }
     Ok(())
 }

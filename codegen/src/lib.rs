@@ -404,34 +404,56 @@ impl FromStr for Stage {
     }
 }
 
-/// A compiled kernel: the text of every stage, the PTX last, the thread program (which
-/// [`emulate`] runs), and what a launch needs to know.
+/// What a compile keeps beside the PTX and the thread program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// The text of every stage: `kiln <stage>`, `KILN_DUMP`, the tests.
+    EveryStage,
+    /// The PTX only, for a launch (the JIT, `kiln tune`): printing LLVM's module before and
+    /// after its passes is a sixth of a compile (docs/PERF.md).
+    Ptx,
+}
+
+/// A compiled kernel: the PTX, the text of the other stages where the compile kept them
+/// ([`Keep`]), the thread program (which [`emulate`] runs), and what a launch needs to know.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compiled {
     /// The kernel's name, which is also the PTX entry's name.
     pub name: String,
     pub options: CompileOptions,
-    /// The text of each stage, in [`Stage::ALL`] order.
-    stages: Vec<String>,
+    /// The text of each stage before the PTX, in [`Stage::ALL`] order, if kept.
+    stages: Option<Vec<String>>,
+    ptx: String,
     program: thread::Program,
 }
 
 impl Compiled {
-    /// The dump of one stage.
-    pub fn stage(&self, stage: Stage) -> &str {
-        &self.stages[Stage::ALL
+    /// The dump of one stage; only the PTX where the compile kept [`Keep::Ptx`].
+    pub fn stage(&self, stage: Stage) -> Result<&str, CodegenError> {
+        if stage == Stage::Ptx {
+            return Ok(&self.ptx);
+        }
+        let stages = self.stages.as_ref().ok_or_else(|| CodegenError::Options {
+            message: format!(
+                "the {stage} stage of `{}` was not kept: compile it with \
+                 `kiln_codegen::compile` for every stage's text",
+                self.name
+            ),
+        })?;
+        let index = Stage::ALL
             .iter()
             .position(|&s| s == stage)
-            .expect("Stage::ALL lists every stage")]
+            .expect("Stage::ALL lists every stage");
+        Ok(&stages[index])
     }
 
     /// The dump of the stage called `name` (`tile`, `layout`, `thread`, `llir`, `llir-opt`, `ptx`).
     pub fn dump(&self, name: &str) -> Result<&str, CodegenError> {
-        Ok(self.stage(name.parse()?))
+        self.stage(name.parse()?)
     }
 
     pub fn ptx(&self) -> &str {
-        self.stage(Stage::Ptx)
+        &self.ptx
     }
 
     /// The thread program the PTX was translated from.
@@ -475,19 +497,40 @@ pub fn thread_program(
 }
 
 /// Runs every stage on `kernel`: layouts, the thread program, LLVM IR (verified), LLVM's
-/// optimisation, PTX.
+/// optimisation, PTX; keeps every stage's text.
 pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, CodegenError> {
+    compile_keeping(kernel, options, Keep::EveryStage)
+}
+
+/// [`compile`], keeping what `keep` says.
+pub fn compile_keeping(
+    kernel: &Kernel,
+    options: &CompileOptions,
+    keep: Keep,
+) -> Result<Compiled, CodegenError> {
     options.validate()?;
+    let texts = keep == Keep::EveryStage;
     let layouts = layout::assign(kernel, options)?;
-    let layout_text = layouts.to_text(kernel)?;
+    let layout_text = if texts {
+        layouts.to_text(kernel)?
+    } else {
+        String::new()
+    };
     let program = thread::lower(kernel, &layouts, options)?;
     // One LLVM context per compile: nothing is shared between threads or between kernels.
     let context = Context::create();
     let machine = ptx::target_machine(options.target)?;
     let module = llvm::lower(&context, &program, &machine, options.line_info)?;
-    let llir = module.print_to_string().to_string();
+    let print = |module: &inkwell::module::Module<'_>| {
+        if texts {
+            module.print_to_string().to_string()
+        } else {
+            String::new()
+        }
+    };
+    let llir = print(&module);
     ptx::optimize(&module, &machine)?;
-    let llir_opt = module.print_to_string().to_string();
+    let llir_opt = print(&module);
     let ptx = ptx::emit(&module, &machine)?;
     // The tensor maps the kernel takes after its parameters, for whoever launches the PTX.
     let maps: String = program
@@ -495,18 +538,20 @@ pub fn compile(kernel: &Kernel, options: &CompileOptions) -> Result<Compiled, Co
         .iter()
         .map(|m| format!("{}{m}\n", kiln_dsl::tensor_map::PTX_LINE))
         .collect();
-    let ptx = maps + &ptx;
-    Ok(Compiled {
-        name: kernel.name().to_string(),
-        options: options.clone(),
-        stages: vec![
+    let stages = texts.then(|| {
+        vec![
             kernel.to_string(),
             layout_text,
             program.to_string(),
             llir,
             llir_opt,
-            ptx,
-        ],
+        ]
+    });
+    Ok(Compiled {
+        name: kernel.name().to_string(),
+        options: options.clone(),
+        stages,
+        ptx: maps + &ptx,
         program,
     })
 }

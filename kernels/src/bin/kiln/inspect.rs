@@ -377,7 +377,7 @@ fn stage(request: &Request, show: Show, _args: &[String]) -> Result<(), String> 
         Show::LlvmOpt => Stage::LlirOpt,
         _ => Stage::Ptx,
     };
-    emit(compile(request)?.stage(stage))
+    emit(compile(request)?.stage(stage).map_err(|e| e.to_string())?)
 }
 
 /// Only the PTX kiln ships, without kiln-codegen.

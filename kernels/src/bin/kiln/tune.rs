@@ -187,7 +187,8 @@ mod compile {
         let options = config
             .knobs()
             .options(target, prebuilt::divisibility(kernel));
-        let compiled = kiln_codegen::compile(&ir, &options).map_err(|e| e.to_string())?;
+        let compiled = kiln_codegen::compile_keeping(&ir, &options, kiln_codegen::Keep::Ptx)
+            .map_err(|e| e.to_string())?;
         Ok(Candidate {
             name: plan::specialisation_name(kernel, p, target),
             kernel,
