@@ -509,28 +509,17 @@ pub fn compile_keeping(
     keep: Keep,
 ) -> Result<Compiled, CodegenError> {
     options.validate()?;
-    let texts = keep == Keep::EveryStage;
+    let keep_text = keep == Keep::EveryStage;
     let layouts = layout::assign(kernel, options)?;
-    let layout_text = if texts {
-        layouts.to_text(kernel)?
-    } else {
-        String::new()
-    };
+    let layout_text = keep_text.then(|| layouts.to_text(kernel)).transpose()?;
     let program = thread::lower(kernel, &layouts, options)?;
     // One LLVM context per compile: nothing is shared between threads or between kernels.
     let context = Context::create();
     let machine = ptx::target_machine(options.target)?;
     let module = llvm::lower(&context, &program, &machine, options.line_info)?;
-    let print = |module: &inkwell::module::Module<'_>| {
-        if texts {
-            module.print_to_string().to_string()
-        } else {
-            String::new()
-        }
-    };
-    let llir = print(&module);
+    let llir = keep_text.then(|| module.print_to_string().to_string());
     ptx::optimize(&module, &machine)?;
-    let llir_opt = print(&module);
+    let llir_opt = keep_text.then(|| module.print_to_string().to_string());
     let ptx = ptx::emit(&module, &machine)?;
     // The tensor maps the kernel takes after its parameters, for whoever launches the PTX.
     let maps: String = program
@@ -538,15 +527,17 @@ pub fn compile_keeping(
         .iter()
         .map(|m| format!("{}{m}\n", kiln_dsl::tensor_map::PTX_LINE))
         .collect();
-    let stages = texts.then(|| {
-        vec![
-            kernel.to_string(),
-            layout_text,
-            program.to_string(),
-            llir,
-            llir_opt,
-        ]
-    });
+    let stages = layout_text
+        .zip(llir.zip(llir_opt))
+        .map(|(layout, (llir, llir_opt))| {
+            vec![
+                kernel.to_string(),
+                layout,
+                program.to_string(),
+                llir,
+                llir_opt,
+            ]
+        });
     Ok(Compiled {
         name: kernel.name().to_string(),
         options: options.clone(),
