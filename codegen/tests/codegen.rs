@@ -3965,8 +3965,9 @@ fn a_dump_writes_every_stage() {
 
 /// Compile cost, DSL to PTX, of every attention specialisation kiln ships, one after the
 /// other, as a launch compiles them ([`Keep::Ptx`]): building the IR from the DSL, then every
-/// stage to PTX. The five slowest are timed again (best of 3) and split by stage. Printed for docs/PERF.md (kiln aims under 100 ms a
-/// kernel); the bound here only catches a blow-up on a slow CI machine.
+/// stage to PTX. The five slowest are timed again (best of 3) and split by stage. Printed for
+/// docs/PERF.md (kiln aims under 100 ms a kernel); the bound here only catches a blow-up on a
+/// slow CI machine.
 #[test]
 fn attention_kernels_compile_in_well_under_a_second() {
     let ms = |start: std::time::Instant| start.elapsed().as_secs_f64() * 1e3;
