@@ -2,7 +2,8 @@
 several builds of kiln's prebuilt kernels and cuDNN's, on the GPU machine:
 
     python3 scripts/sustained.py --libs a/libkiln_kernels.so,b/libkiln_kernels.so \
-        --bench ../shared/bench --shapes 64:4096:0,128:1024:1 [--seconds 3] [--rounds 2]
+        --bench ../shared/bench --shapes 64:4096:0,128:1024:1 [--seconds 3] [--rounds 2] \
+        [--dtype bf16|fp16]
 
 Each (library, shape) runs back to back for `--seconds`, nvidia-smi sampled every 50 ms; the
 first second's samples are dropped, so the clock is the one the power cap settles at. An H200
@@ -75,7 +76,9 @@ def main():
     ap.add_argument("--shapes", default="64:4096:0,128:4096:0,128:1024:0", help="D:seqlen:causal,...")
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     a = ap.parse_args()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
     sys.path.insert(0, os.path.abspath(a.bench))
     import kiln_ctypes as kc  # noqa: E402
 
@@ -86,7 +89,7 @@ def main():
             D, N, causal = (int(x) for x in shape.split(":"))
             causal = bool(causal)
             B, H = 16384 // N, 2048 // D
-            q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(3))
             o = torch.empty_like(q)
             lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
             qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
@@ -98,8 +101,8 @@ def main():
             for _ in range(a.rounds):
                 for path, lib in libs:
                     call = kc.forward_call(lib, q, k, v, o, lse, causal=causal)
-                    sustained(f"{path} D{D} N{N} causal {int(causal)}", call, a.seconds, sampler)
-                sustained(f"cudnn D{D} N{N} causal {int(causal)}", cudnn, a.seconds, sampler)
+                    sustained(f"{path} {a.dtype} D{D} N{N} causal {int(causal)}", call, a.seconds, sampler)
+                sustained(f"cudnn {a.dtype} D{D} N{N} causal {int(causal)}", cudnn, a.seconds, sampler)
     finally:
         sampler.close()
 
