@@ -125,6 +125,16 @@ pub struct CompileOptions {
     /// the loop and gives it to another value, which the next iteration then multiplies: a use
     /// after the loop that never runs keeps it (`thread::ir::Op::KeepLive`). Needs `wgmma`.
     pub resident_a: bool,
+    /// Whether a sum reduced across the lanes of a warp that only ever accumulates (added to
+    /// other such sums, scaled by a value each row's lanes share, carried around loops) keeps
+    /// each lane's partial sum and takes the lanes' butterfly only where something else reads
+    /// it: the forward's row sum `l` then costs no shuffles in its key loops, where cuDNN's
+    /// keeps it per thread too (FlashAttention's convention; [`thread`]'s lowering,
+    /// `partial_sums`). The persistent D64 and D128 forwards without a mask ran 1.01-1.02x with
+    /// it, the long D64 one 0.98x (ptxas's schedule moves with it: run 315, docs/PERF.md,
+    /// twenty-sixth session), so a table entry chooses it; none does until compare.py has run
+    /// on a table with it.
+    pub partial_sums: bool,
 }
 
 impl Default for CompileOptions {
@@ -183,6 +193,7 @@ impl CompileOptions {
             descriptors_at_issue: false,
             lean_producer: false,
             resident_a: false,
+            partial_sums: false,
         }
     }
 
@@ -227,6 +238,15 @@ impl CompileOptions {
     /// [`CompileOptions::resident_a`].
     pub fn with_resident_a(self, resident_a: bool) -> CompileOptions {
         CompileOptions { resident_a, ..self }
+    }
+
+    /// The same options with sums that only accumulate kept as lanes' partial sums (or not):
+    /// [`CompileOptions::partial_sums`].
+    pub fn with_partial_sums(self, partial_sums: bool) -> CompileOptions {
+        CompileOptions {
+            partial_sums,
+            ..self
+        }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.

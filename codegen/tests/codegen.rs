@@ -82,7 +82,8 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
             .with_lean_producer(case.lean_producer)
             .with_uniform_warpgroup(case.uniform_warpgroup)
             .with_descriptors_at_issue(case.descriptors_at_issue)
-            .with_resident_a(case.resident_a),
+            .with_resident_a(case.resident_a)
+            .with_partial_sums(case.partial_sums),
         |options, &(name, n)| options.with_divisibility(name, n),
     )
 }
@@ -585,7 +586,8 @@ fn attention_options(
             .with_lean_producer(config.lean_producer)
             .with_uniform_warpgroup(config.uniform_warpgroup)
             .with_descriptors_at_issue(config.descriptors_at_issue)
-            .with_resident_a(config.resident_a),
+            .with_resident_a(config.resident_a)
+            .with_partial_sums(config.partial_sums),
         |options, (arg, n)| options.with_divisibility(arg, n),
     )
 }
@@ -715,6 +717,7 @@ fn the_emulator_agrees_on_every_attention_kernel() {
                 a.uniform_warpgroup,
                 a.descriptors_at_issue,
                 a.resident_a,
+                a.partial_sums,
             ) == (
                 b.num_warps,
                 b.num_stages,
@@ -724,6 +727,7 @@ fn the_emulator_agrees_on_every_attention_kernel() {
                 b.uniform_warpgroup,
                 b.descriptors_at_issue,
                 b.resident_a,
+                b.partial_sums,
             )
     };
     for case in &cases {
@@ -772,6 +776,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 descriptors_at_issue: false,
                 lean_producer: false,
                 resident_a: false,
+                partial_sums: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -2076,6 +2081,58 @@ fn descriptors_at_issue_are_added_in_the_wgmma_statement() {
     for run in cases::runs(&with) {
         let outcome = emulate_run(&with, &run);
         assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
+    }
+}
+
+/// `partial_sums`: the forward's row sum `l = l * alpha + sum(p, 1)` keeps each lane's partial
+/// sum through its key loops, whose shuffles of f32 (the innermost ones in the program) are then
+/// the row max's alone, half as many; `store_rows` totals it once a block, its comparison and
+/// its division sharing the total. The persistent D64 and D128 forwards (`wgmma`, a producer)
+/// also sum their first block before the loops partially: 8 shuffles fewer in all (3 sums of 2
+/// rows x 2 lane bits, less the total); the sm_80 D64 one (`mma.sync`, 4 rows a thread, one
+/// loop) as many as before, its loop's 8 now after it. The emulator agrees with the interpreter
+/// on each.
+#[test]
+fn a_row_sum_kept_as_partial_sums_is_shuffled_only_where_it_is_read_whole() {
+    // (all, in the innermost loops): f32 butterflies, by the program text's indentation.
+    let shuffles = |case: &cases::Case| {
+        let program = thread_program(&case.kernel, &case_options(case, case.target)).unwrap();
+        let text = program.to_string();
+        let depths: Vec<usize> = text
+            .lines()
+            .filter(|l| l.contains("shfl.sync.bfly") && l.ends_with(": f32"))
+            .map(|l| l.len() - l.trim_start().len())
+            .collect();
+        let deepest = depths.iter().copied().max().unwrap_or(0);
+        (
+            depths.len(),
+            depths.iter().filter(|&&d| d == deepest).count(),
+        )
+    };
+    for (head_dim, target, fewer) in [
+        (64, Target::Sm90a, 8),
+        (128, Target::Sm90a, 8),
+        (64, Target::Sm80, 0),
+    ] {
+        let table = attention_config("attention_fwd", head_dim, false, target);
+        assert!(!table.partial_sums, "{table}");
+        let without = attention_case_at("attention_fwd", BF16, head_dim, false, target, table);
+        let partial = table.with_partial_sums();
+        let with = attention_case_at("attention_fwd", BF16, head_dim, false, target, partial);
+        let ((before, before_loops), (after, after_loops)) = (shuffles(&without), shuffles(&with));
+        assert_eq!(
+            (before - after, before_loops),
+            (fewer, 2 * after_loops),
+            "D{head_dim} {target}: {before} ({before_loops} in loops) -> {after} ({after_loops})"
+        );
+        for run in cases::runs(&with) {
+            let outcome = emulate_run(&with, &run);
+            assert_eq!(
+                outcome.mismatches, 0,
+                "D{head_dim} {target} {}: {:?}",
+                run.label, outcome.first
+            );
+        }
     }
 }
 

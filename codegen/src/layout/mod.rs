@@ -368,6 +368,26 @@ impl ThreadMap {
         self.extents[d] > self.shape[d]
     }
 
+    /// How a reduction along `axis` of a tile `extent` long there combines across threads:
+    /// the lane masks of its butterfly, one per lane bit that tells distinct elements apart
+    /// (higher bits hold copies, which reach the same total), and the warp fields it spans,
+    /// each with how many distinct warps.
+    pub fn butterfly(&self, axis: usize, extent: usize) -> (Vec<u32>, Vec<(IdField, usize)>) {
+        let mut lanes = Vec::new();
+        let mut warps = Vec::new();
+        for term in &self.bases[axis] {
+            let distinct = (extent / term.scale as usize).clamp(1, 1 << term.field.bits);
+            match term.field.id {
+                Id::Lane => lanes.extend(
+                    (0..distinct.trailing_zeros()).map(|bit| 1 << (term.field.shift + bit)),
+                ),
+                Id::Warp if distinct > 1 => warps.push((term.field, distinct)),
+                Id::Warp => {}
+            }
+        }
+        (lanes, warps)
+    }
+
     /// Whether every element is held by exactly one thread, once: no copies, no wrapping.
     pub fn is_exclusive(&self) -> bool {
         self.replicas.is_empty() && (0..self.rank()).all(|d| !self.wraps(d))

@@ -8,7 +8,9 @@
 //! `at issue` where each `wgmma` statement adds its descriptors' offsets (kiln-codegen's
 //! `descriptors_at_issue`), `lean` where the producer keeps 24 registers and its consumers 240
 //! (kiln-codegen's `lean_producer`), `A in registers` where a `wgmma`'s loop-invariant A operand
-//! (the forward's Q) is loaded into registers once (kiln-codegen's `resident_a`).
+//! (the forward's Q) is loaded into registers once (kiln-codegen's `resident_a`), `partial sums`
+//! where a sum that only accumulates (the forward's row sum) keeps each lane's partial sum
+//! until it is read whole (kiln-codegen's `partial_sums`; no entry takes it yet).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -122,6 +124,10 @@ pub struct KernelConfig {
     /// forward's Q) loaded into registers once, not read from shared memory every iteration
     /// (a configuration with `wgmma`; docs/PERF.md, twenty-fourth session).
     pub resident_a: bool,
+    /// kiln-codegen's `partial_sums`: a sum that only accumulates (the forward's row sum)
+    /// keeps each lane's partial sum, its shuffles taken once where it is read whole
+    /// (docs/PERF.md, twenty-sixth session).
+    pub partial_sums: bool,
     /// The fused dK/dV's dQ by turns: key-major with a query tile of one warpgroup's 64 rows
     /// and two warpgroups, each tile's `dQ = dS K` computed whole by one of them, the two
     /// taking turns ([`super::dkdv_dq_by_turns`]).
@@ -147,6 +153,7 @@ impl KernelConfig {
             descriptors_at_issue: false,
             lean_producer: false,
             resident_a: false,
+            partial_sums: false,
             dq_by_turns: false,
         }
     }
@@ -199,6 +206,14 @@ impl KernelConfig {
         }
     }
 
+    /// The same configuration, its sums that only accumulate kept as lanes' partial sums.
+    pub const fn with_partial_sums(self) -> KernelConfig {
+        KernelConfig {
+            partial_sums: true,
+            ..self
+        }
+    }
+
     /// The same configuration, the fused dK/dV's dQ by turns.
     pub const fn with_dq_by_turns(self) -> KernelConfig {
         KernelConfig {
@@ -218,6 +233,7 @@ impl KernelConfig {
             uniform_warpgroup: self.uniform_warpgroup,
             descriptors_at_issue: self.descriptors_at_issue,
             resident_a: self.resident_a,
+            partial_sums: self.partial_sums,
         }
     }
 
@@ -267,6 +283,7 @@ pub struct CodegenKnobs {
     pub uniform_warpgroup: bool,
     pub descriptors_at_issue: bool,
     pub resident_a: bool,
+    pub partial_sums: bool,
 }
 
 impl CodegenKnobs {
@@ -293,14 +310,15 @@ impl CodegenKnobs {
                 .with_lean_producer(self.lean_producer)
                 .with_uniform_warpgroup(self.uniform_warpgroup)
                 .with_descriptors_at_issue(self.descriptors_at_issue)
-                .with_resident_a(self.resident_a),
+                .with_resident_a(self.resident_a)
+                .with_partial_sums(self.partial_sums),
             |options, (name, n)| options.with_divisibility(name, n),
         )
     }
 }
 
 /// `4 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, descriptors at issue,
-/// A in registers`.
+/// A in registers, partial sums`.
 impl std::fmt::Display for CodegenKnobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = |n: u32| if n == 1 { "" } else { "s" };
@@ -319,6 +337,7 @@ impl std::fmt::Display for CodegenKnobs {
             (self.uniform_warpgroup, "uniform warpgroup"),
             (self.descriptors_at_issue, "descriptors at issue"),
             (self.resident_a, "A in registers"),
+            (self.partial_sums, "partial sums"),
         ];
         for (_, name) in knobs.into_iter().filter(|(on, _)| *on) {
             write!(f, ", {name}")?;
@@ -327,8 +346,9 @@ impl std::fmt::Display for CodegenKnobs {
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]]`,
-/// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`.
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums]`,
+/// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`,
+/// `128x64:4:2:partial-sums`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
@@ -336,10 +356,15 @@ impl std::str::FromStr for KernelConfig {
         let refuse = || {
             format!(
                 "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
-                 [:uniform][:at-issue][:resident-a][:turns]], got `{text}`"
+                 [:uniform][:at-issue][:resident-a][:turns]][:partial-sums], got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
+        // On any configuration, after everything else.
+        let partial_sums = parts.len() > 3 && parts.last() == Some(&"partial-sums");
+        if partial_sums {
+            parts.pop();
+        }
         // The `wgmma` options last, in this order.
         let mut flag = |name: &str| {
             let found = parts.len() > 4 && parts.last() == Some(&name);
@@ -372,7 +397,7 @@ impl std::str::FromStr for KernelConfig {
             number(stages)? as u32,
         );
         type With = fn(KernelConfig) -> KernelConfig;
-        let knobs: [(bool, With); 8] = [
+        let knobs: [(bool, With); 9] = [
             (wgmma, KernelConfig::on_wgmma),
             (producer, KernelConfig::with_producer),
             (persistent, KernelConfig::persistent),
@@ -381,6 +406,7 @@ impl std::str::FromStr for KernelConfig {
             (at_issue, KernelConfig::with_descriptors_at_issue),
             (resident_a, KernelConfig::with_resident_a),
             (turns, KernelConfig::with_dq_by_turns),
+            (partial_sums, KernelConfig::with_partial_sums),
         ];
         Ok(knobs.into_iter().fold(
             config,
@@ -747,8 +773,29 @@ mod tests {
             resident.to_string(),
             "256 x 64, 16 warps, 2 stages, wgmma, A in registers"
         );
+        let partial: KernelConfig = "128x128:8:2:wgmma:producer:persistent:partial-sums"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            partial,
+            KernelConfig::new(128, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .persistent()
+                .with_partial_sums()
+        );
+        assert_eq!(
+            partial.to_string(),
+            "128 x 128, 8 warps, 2 stages, wgmma, producer, partial sums, persistent"
+        );
+        assert_eq!(
+            "128x64:4:2:partial-sums".parse(),
+            Ok(KernelConfig::new(128, 64, 4, 2).with_partial_sums())
+        );
         for bad in [
             "64x128:8:2:turns",
+            "128x64:4:partial-sums",
+            "128x64:4:2:partial-sums:wgmma",
             "64x128:8:2:wgmma:turns:uniform",
             "128x64:4",
             "128:4:2",

@@ -6,7 +6,8 @@
 //! lane and warp fields of every layout are hoisted to the program's entry, the per-register
 //! offsets added where they are used. One module per kind of op:
 //! `arith` (elementwise), `memory` (pointers, loads, stores, block pointers), `movement`
-//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), `dot` (tiles
+//! (splat, broadcast, `expand_dims`, `trans`, layout conversions, reductions), `partial_sums`
+//! (sums that only accumulate kept as lanes' partial sums), `dot` (tiles
 //! staged in shared memory, `ldmatrix`, `mma.sync`), `wgmma`, `control`, `pipeline` (`cp.async`
 //! or TMA into multi-buffered shared tiles), `turns` (warpgroups taking turns at the tensor
 //! cores), `producer` (a producer warpgroup issuing the copies, the consumers computing).
@@ -16,6 +17,7 @@ mod control;
 mod dot;
 mod memory;
 mod movement;
+mod partial_sums;
 mod pipeline;
 mod producer;
 mod refill;
@@ -136,7 +138,12 @@ fn lower_in(
         role: Role::Whole,
         ring: None,
         consumer_barrier: None,
+        partial_sums: partial_sums::PartialSums::default(),
+        partial_totals: HashMap::new(),
     };
+    if options.partial_sums {
+        lowering.partial_sums = lowering.find_partial_sums();
+    }
     let mut params = Vec::new();
     for (&arg, decl) in kernel.args.iter().zip(kernel.signature.args) {
         let ty = match kernel.ty(arg).elem() {
@@ -300,6 +307,11 @@ pub(super) struct Lowering<'a> {
     ring: Option<[Reg; 2]>,
     /// The consumers' named barrier, in place of `bar.sync 0` where a producer runs apart.
     consumer_barrier: Option<Reg>,
+    /// The sums kept as lanes' partial sums and where each is totalled
+    /// ([`crate::CompileOptions::partial_sums`]).
+    partial_sums: partial_sums::PartialSums,
+    /// The registers of the latest total of each partial sum, for the reads it dominates.
+    partial_totals: HashMap<Value, Vec<Reg>>,
 }
 
 impl Lowering<'_> {
@@ -670,6 +682,7 @@ impl Lowering<'_> {
                     | ConversionKind::AccumulatorAsA => {}
                 }
             }
+            self.total_partial_sums(index)?;
             if let TileOp::Yield { values } = &inst.op {
                 return values.iter().map(|&v| self.regs(v)).collect();
             }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::{Lowering, Result, unsupported};
-use crate::layout::{Id, Layout, ThreadMap};
+use crate::layout::{Layout, ThreadMap};
 use crate::thread::ir::{Cast, FloatOp, IntCmp, IntOp, Op, Reg, ShuffleMode, Space, Type};
 use crate::{CodegenError, Stage};
 use kiln_dsl::ir::{Inst as TileInst, ReduceOp, Value};
@@ -216,7 +216,7 @@ impl Lowering<'_> {
         Ok(out)
     }
 
-    fn combine(&mut self, op: ReduceOp, ty: Type, a: Reg, b: Reg) -> Reg {
+    pub(super) fn combine(&mut self, op: ReduceOp, ty: Type, a: Reg, b: Reg) -> Reg {
         match (ty, op) {
             (Type::F32, ReduceOp::Sum) => self.float(FloatOp::Add, a, b),
             (Type::F32, ReduceOp::Max) => self.float(FloatOp::Max, a, b),
@@ -231,7 +231,7 @@ impl Lowering<'_> {
     }
 
     /// `shfl.sync.bfly` of any register: 32-bit halves for i64, a widened i1.
-    fn shuffle_xor(&mut self, value: Reg, lane_mask: u32) -> Reg {
+    pub(super) fn shuffle_xor(&mut self, value: Reg, lane_mask: u32) -> Reg {
         let mask = self.i32_const(lane_mask as i64);
         let shuffle = |this: &mut Self, v: Reg| {
             let ty = this.ty(v);
@@ -327,23 +327,15 @@ impl Lowering<'_> {
         let ty = self.ty(partials[0]);
 
         // Across lanes: one butterfly step per lane bit that tells distinct elements apart
-        // (higher bits hold copies, which reach the same total).
-        let mut warp_terms = Vec::new();
-        for term in map.bases[axis].clone() {
-            let distinct = (extent / term.scale as usize).clamp(1, 1 << term.field.bits);
-            let bits = distinct.trailing_zeros();
-            match term.field.id {
-                Id::Lane => {
-                    for bit in 0..bits {
-                        let lane_mask = 1 << (term.field.shift + bit);
-                        for partial in partials.iter_mut() {
-                            let other = self.shuffle_xor(*partial, lane_mask);
-                            *partial = self.combine(op, ty, *partial, other);
-                        }
-                    }
+        // (higher bits hold copies, which reach the same total), unless the sum keeps its
+        // lanes' partial sums ([`super::partial_sums`]).
+        let (lane_masks, warp_terms) = map.butterfly(axis, extent);
+        if !self.partial_sums.keeps(inst.results[0]) {
+            for lane_mask in lane_masks {
+                for partial in partials.iter_mut() {
+                    let other = self.shuffle_xor(*partial, lane_mask);
+                    *partial = self.combine(op, ty, *partial, other);
                 }
-                Id::Warp if distinct > 1 => warp_terms.push((term.field, distinct)),
-                Id::Warp => {}
             }
         }
 

@@ -396,6 +396,7 @@ impl Lowering<'_> {
         self.ring_slot = None;
         self.hoisted.clear();
         self.converted.clear();
+        self.partial_totals.clear();
         self.narrowed.clear();
     }
 
