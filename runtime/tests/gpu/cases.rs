@@ -497,35 +497,19 @@ pub fn cases() -> Vec<Case> {
     // staged one. Without the use after the loop that keeps them live, the driver's JIT
     // (580.159.04, as ptxas 13.0.88 does) gave dO's registers to dS inside the loop: wrong from
     // the second key block (docs/PERF.md, run 295), where the emulator agreed.
-    for s in prebuilt::shipped() {
-        let bf16 = s.spec.get("T") == Some(SpecValue::DType(BF16));
-        let fits = matches!(s.spec.get("HEAD_DIM"), Some(SpecValue::Int(32 | 64)));
-        if s.kernel != AttentionKernel::Dq || !s.config.wgmma || !bf16 || !fits {
-            continue;
-        }
-        let config = s.config.with_resident_a();
-        let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
-        let name = format!("{}_resident_a", s.name);
-        cases.push(attention_config_case(
-            name, s.kernel, kernel, s.target, config,
-        ));
-    }
+    cases.extend(shipped_with(
+        |s| s.kernel == AttentionKernel::Dq && s.config.wgmma && bf16_at(s, &[32, 64]),
+        KernelConfig::with_resident_a,
+        "resident_a",
+    ));
     // The bf16 forwards at head dims 64 and 128 with their row sums kept as lanes' partial
     // sums (kiln-codegen's `partial_sums`, not in the table yet): the key loops shuffle no row
     // sum, `store_rows` totals it.
-    for s in prebuilt::shipped() {
-        let bf16 = s.spec.get("T") == Some(SpecValue::DType(BF16));
-        let head_dim = matches!(s.spec.get("HEAD_DIM"), Some(SpecValue::Int(64 | 128)));
-        if s.kernel != AttentionKernel::Forward || !bf16 || !head_dim {
-            continue;
-        }
-        let config = s.config.with_partial_sums();
-        let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
-        let name = format!("{}_partial_sums", s.name);
-        cases.push(attention_config_case(
-            name, s.kernel, kernel, s.target, config,
-        ));
-    }
+    cases.extend(shipped_with(
+        |s| s.kernel == AttentionKernel::Forward && bf16_at(s, &[64, 128]),
+        KernelConfig::with_partial_sums,
+        "partial_sums",
+    ));
     for target in Target::ALL {
         for dtype in [F16, BF16] {
             for (head_dim, block_m, block_n, softcap) in sliding_window_specs() {
@@ -562,6 +546,30 @@ pub fn cases() -> Vec<Case> {
         }
     }
     cases
+}
+
+/// The shipped specialisations `pick` chooses, each compiled with `with` applied to its
+/// configuration and named with `suffix` after its own name.
+fn shipped_with(
+    pick: impl Fn(&prebuilt::Specialisation) -> bool,
+    with: fn(KernelConfig) -> KernelConfig,
+    suffix: &str,
+) -> Vec<Case> {
+    prebuilt::shipped()
+        .into_iter()
+        .filter(|s| pick(s))
+        .map(|s| {
+            let kernel = s.kernel.build(&s.spec).expect("a shipped kernel builds");
+            let name = format!("{}_{suffix}", s.name);
+            attention_config_case(name, s.kernel, kernel, s.target, with(s.config))
+        })
+        .collect()
+}
+
+/// Whether `s` is a bf16 specialisation at one of `head_dims`.
+fn bf16_at(s: &prebuilt::Specialisation, head_dims: &[i64]) -> bool {
+    s.spec.get("T") == Some(SpecValue::DType(BF16))
+        && matches!(s.spec.get("HEAD_DIM"), Some(SpecValue::Int(d)) if head_dims.contains(&d))
 }
 
 /// The sliding-window example's specialisations its test shapes need: (head dim, BLOCK_M,
