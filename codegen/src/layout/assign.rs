@@ -305,7 +305,7 @@ pub(crate) fn nested_regions(op: &Op) -> Vec<&Region> {
 }
 
 /// The values a region's closing `yield` names.
-fn yielded(region: &Region) -> &[Value] {
+pub(crate) fn yielded(region: &Region) -> &[Value] {
     match region.insts.last().map(|i| &i.op) {
         Some(Op::Yield { values }) => values,
         _ => &[],

@@ -33,7 +33,7 @@ pub mod wgmma;
 use std::fmt;
 
 pub use assign::{Conversion, ConversionKind, LayoutAssignment, assign, walk_insts};
-pub(crate) use assign::{is_zero_splat, nested_regions};
+pub(crate) use assign::{is_zero_splat, nested_regions, yielded};
 pub use divisibility::Divisibility;
 pub use pipeline::{Delta, OnceLoad, PipelinedLoad, PipelinedLoop, TmaLoad};
 pub use tma_store::TmaStore;

@@ -15,12 +15,12 @@
 
 use std::collections::{HashMap, HashSet};
 
-use kiln_dsl::ir::{BinaryOp, Constant, Inst as TileInst, Op as TileOp, ReduceOp, Region, Value};
+use kiln_dsl::ir::{BinaryOp, Inst as TileInst, Op as TileOp, ReduceOp, Region, Value};
 use kiln_dsl::passes::for_each_operand;
 use kiln_dsl::types::DType;
 
 use super::{Lowering, Result};
-use crate::layout::{nested_regions, walk_insts};
+use crate::layout::{is_zero_splat, nested_regions, walk_insts, yielded};
 use crate::thread::ir::{Reg, Type};
 
 /// The values kept as lanes' partial sums and where each is totalled.
@@ -87,10 +87,11 @@ impl Lowering<'_> {
                         rules.insert(inst.results[0], Rule::Reduce);
                     }
                 }
-                TileOp::Splat { value } if self.is_zero(*value) => {
-                    rules.insert(inst.results[0], Rule::Zero);
-                }
-                TileOp::Constant(Constant::Float(x)) if *x == 0.0 => {
+                TileOp::Splat { .. }
+                    if is_zero_splat(inst.results[0], |v| {
+                        self.definitions[v.index()].map(|i| &i.op)
+                    }) =>
+                {
                     rules.insert(inst.results[0], Rule::Zero);
                 }
                 TileOp::Binary { op, lhs, rhs } => match op {
@@ -202,14 +203,6 @@ impl Lowering<'_> {
         !ty.shape().is_empty() && ty.dtype() == Some(DType::F32)
     }
 
-    /// Whether `value` is the constant 0.0.
-    fn is_zero(&self, value: Value) -> bool {
-        matches!(
-            self.definitions[value.index()].map(|i| &i.op),
-            Some(TileOp::Constant(Constant::Float(x))) if *x == 0.0
-        )
-    }
-
     /// Whether every one of `others` has `value`'s layout.
     fn same_layout(&self, value: Value, others: &[Value]) -> bool {
         let layout = self.layouts.layout(value);
@@ -253,7 +246,7 @@ impl Lowering<'_> {
     }
 
     /// One step of a sum's butterfly: `reg` plus its value in the lane `lane_mask` away.
-    pub(super) fn butterfly_step(&mut self, reg: Reg, lane_mask: u32) -> Reg {
+    fn butterfly_step(&mut self, reg: Reg, lane_mask: u32) -> Reg {
         let other = self.shuffle_xor(reg, lane_mask);
         self.combine(ReduceOp::Sum, Type::F32, reg, other)
     }
@@ -265,14 +258,6 @@ fn merge(a: Lanes, b: Lanes) -> Option<Lanes> {
         (None, b) => Some(b),
         (a, None) => Some(a),
         (Some(a), Some(b)) => (a == b).then_some(Some(a)),
-    }
-}
-
-/// The values a region's closing `yield` names.
-fn yielded(region: &Region) -> &[Value] {
-    match region.insts.last().map(|i| &i.op) {
-        Some(TileOp::Yield { values }) => values,
-        _ => &[],
     }
 }
 
