@@ -408,6 +408,20 @@ fn emulate_run(case: &cases::Case, run: &cases::Run) -> cases::Outcome {
         .unwrap_or_else(|e| panic!("{} {}: {e}", case.name, run.label))
 }
 
+/// Asserts that the emulator agrees with the interpreter on every run of `case`, its failures
+/// named after `what` and the run.
+fn assert_emulator_agrees(case: &cases::Case, what: &str) {
+    for run in cases::runs(case) {
+        let outcome = emulate_run(case, &run);
+        let at = if what.is_empty() {
+            run.label.clone()
+        } else {
+            format!("{what} {}", run.label)
+        };
+        assert_eq!(outcome.mismatches, 0, "{at}: {:?}", outcome.first);
+    }
+}
+
 /// [`emulate_run`] of `program`, the case's or one edited: the emulator's error, or what
 /// comparing with the interpreter found.
 fn emulate_program(
@@ -475,14 +489,7 @@ fn the_emulator_agrees_at_one_and_eight_warps() {
                 && (!is_attention(c) || matches!(head_dim(c), 64 | 128))
         }) {
             let case = cases::Case { num_warps, ..case };
-            for run in cases::runs(&case) {
-                let outcome = emulate_run(&case, &run);
-                assert_eq!(
-                    outcome.mismatches, 0,
-                    "{} at {num_warps} warps, {}: {:?}",
-                    case.name, run.label, outcome.first
-                );
-            }
+            assert_emulator_agrees(&case, &format!("{} at {num_warps} warps,", case.name));
         }
     }
 }
@@ -659,10 +666,7 @@ fn tiles_staged_in_a_tma_loop_take_a_buffer_of_its_ring() {
         Some(1),
         "the query loop's barriers of the block"
     );
-    for run in cases::runs(&case) {
-        let outcome = emulate_run(&case, &run);
-        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
-    }
+    assert_emulator_agrees(&case, "");
 }
 
 /// Four warpgroups taking turns at the tensor cores, which no table entry uses since the D64
@@ -738,14 +742,7 @@ fn the_emulator_agrees_on_every_attention_kernel() {
         {
             continue;
         }
-        for run in cases::runs(case) {
-            let outcome = emulate_run(case, &run);
-            assert_eq!(
-                outcome.mismatches, 0,
-                "{} {}: {:?}",
-                case.name, run.label, outcome.first
-            );
-        }
+        assert_emulator_agrees(case, &case.name);
     }
 }
 
@@ -798,14 +795,7 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
                 "{} at {num_stages} stages",
                 case.name
             );
-            for run in cases::runs(&case) {
-                let outcome = emulate_run(&case, &run);
-                assert_eq!(
-                    outcome.mismatches, 0,
-                    "{} at {num_stages} stages, {}: {:?}",
-                    case.name, run.label, outcome.first
-                );
-            }
+            assert_emulator_agrees(&case, &format!("{} at {num_stages} stages,", case.name));
         }
     }
 }
@@ -1447,14 +1437,7 @@ fn the_fused_backward_adds_dq_by_tma() {
             (slabs, 0),
             "{config}: dQ's 64 x 128 f32 tile by TMA in its loop, 32-column slabs, no atomics"
         );
-        for run in cases::runs(&case) {
-            let outcome = emulate_run(&case, &run);
-            assert_eq!(
-                outcome.mismatches, 0,
-                "{config} {}: {:?}",
-                run.label, outcome.first
-            );
-        }
+        assert_emulator_agrees(&case, &config.to_string());
         let run = cases::runs(&case)
             .into_iter()
             .find(|r| r.label.contains("555"))
@@ -2002,10 +1985,7 @@ fn a_persistent_forward_refills_each_blocks_tiles_by_its_producer() {
 fn a_producer_warpgroup_feeds_loops_nested_in_loops() {
     let config = KernelConfig::new(64, 128, 8, 2).on_wgmma().with_producer();
     let case = attention_case_at("attention_bwd_dkdv", BF16, 64, false, Target::Sm90a, config);
-    for run in cases::runs(&case) {
-        let outcome = emulate_run(&case, &run);
-        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
-    }
+    assert_emulator_agrees(&case, "");
 }
 
 /// A producer warpgroup is refused, naming why, where it cannot feed the kernel: one consumer
@@ -2078,10 +2058,7 @@ fn descriptors_at_issue_are_added_in_the_wgmma_statement() {
     };
     assert!(adds(&with) > 0);
     assert_eq!(adds(&without), 0);
-    for run in cases::runs(&with) {
-        let outcome = emulate_run(&with, &run);
-        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
-    }
+    assert_emulator_agrees(&with, "");
 }
 
 /// `partial_sums`: the forward's row sum `l = l * alpha + sum(p, 1)` keeps each lane's partial
@@ -2125,14 +2102,7 @@ fn a_row_sum_kept_as_partial_sums_is_shuffled_only_where_it_is_read_whole() {
             (fewer, 2 * after_loops),
             "D{head_dim} {target}: {before} ({before_loops} in loops) -> {after} ({after_loops})"
         );
-        for run in cases::runs(&with) {
-            let outcome = emulate_run(&with, &run);
-            assert_eq!(
-                outcome.mismatches, 0,
-                "D{head_dim} {target} {}: {:?}",
-                run.label, outcome.first
-            );
-        }
+        assert_emulator_agrees(&with, &format!("D{head_dim} {target}"));
     }
 }
 
@@ -2236,14 +2206,7 @@ fn a_resident_a_operand_is_loaded_once_before_its_loops() {
     };
     let dq_case = attention_case_at("attention_bwd_dq", BF16, 64, false, Target::Sm90a, dq);
     for case in [&dq_case, &with, &fused_case, &persistent_case] {
-        for run in cases::runs(case) {
-            let outcome = emulate_run(case, &run);
-            assert_eq!(
-                outcome.mismatches, 0,
-                "{} {}: {:?}",
-                case.name, run.label, outcome.first
-            );
-        }
+        assert_emulator_agrees(case, &case.name);
     }
     let refused = compile(
         &with.kernel,
@@ -2398,10 +2361,7 @@ fn a_producer_warpgroup_gives_four_consumer_warpgroups_only_what_it_has() {
         (168, 40, 232)
     );
     let program = thread_program(&case.kernel, &options).unwrap();
-    for run in cases::runs(&case) {
-        let outcome = emulate_run(&case, &run);
-        assert_eq!(outcome.mismatches, 0, "{}: {:?}", run.label, outcome.first);
-    }
+    assert_emulator_agrees(&case, "");
     let run = cases::runs(&case).swap_remove(0);
     let [x, y, z] = run.grid;
     let mut greedy = program.clone();
