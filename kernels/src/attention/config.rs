@@ -10,7 +10,7 @@
 //! (kiln-codegen's `lean_producer`), `A in registers` where a `wgmma`'s loop-invariant A operand
 //! (the forward's Q) is loaded into registers once (kiln-codegen's `resident_a`), `partial sums`
 //! where a sum that only accumulates (the forward's row sum) keeps each lane's partial sum
-//! until it is read whole (kiln-codegen's `partial_sums`; no entry takes it yet).
+//! until it is read whole (kiln-codegen's `partial_sums`).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -19,8 +19,8 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask, long: 256 x 64, 16, 2, wgmma, A in registers) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask: partial sums; long: 256 x 64, 16, 2, wgmma, A in registers) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (without a mask: partial sums) | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
@@ -557,8 +557,14 @@ pub fn config(
         // (`kiln tune`, docs/PERF.md, 2026-11-25, fifth session); the causal one keeps 64 x 64.
         // dK/dV key-major in 32-row query tiles: 1.03-1.09x 128 x 64 from 1k to 16k (run 113,
         // per kernel; `kiln tune` runs 102 and 106: causal 0.865x; docs/PERF.md, tenth session).
+        // Its row sum kept as lanes' partial sums: 1.015x at 1k, 1.023x at 2k (run 315,
+        // twenty-sixth session; causal 0.99-1.04x, left without).
         (Target::Sm90a, 64) => [
-            c(128, 128, 8, 2).on_wgmma().with_producer().persistent(),
+            c(128, 128, 8, 2)
+                .on_wgmma()
+                .with_producer()
+                .persistent()
+                .with_partial_sums(),
             c(128, 64, 8, 2).on_wgmma(),
             c(32, 64, 4, 2).on_wgmma(),
         ],
@@ -571,12 +577,20 @@ pub fn config(
             // on pairs of one head's blocks, 1.13x at 2k and 1.05x at 4k (1.07x and 1.04x under
             // the power cap; run 200, sixteenth session); long, below. Its `wgmma` descriptors'
             // warpgroup from lane 0: 1.03x without a mask at 1k, 1.05x causal at 1k and 4k
-            // (runs 211-212, seventeenth session).
-            c(128, 128, 8, 2)
-                .on_wgmma()
-                .with_producer()
-                .persistent()
-                .with_uniform_warpgroup(),
+            // (runs 211-212, seventeenth session). Without a mask its row sum kept as lanes'
+            // partial sums: 1.012-1.025x (run 315, twenty-sixth session; causal 0.99-1.01x).
+            {
+                let forward = c(128, 128, 8, 2)
+                    .on_wgmma()
+                    .with_producer()
+                    .persistent()
+                    .with_uniform_warpgroup();
+                if causal {
+                    forward
+                } else {
+                    forward.with_partial_sums()
+                }
+            },
             // dQ without a mask with a producer warpgroup: 1.021-1.050x per kernel, causal
             // 0.927-0.996x (run 258, twenty-first session; 0.82-1.00x in the eleventh).
             if causal {
