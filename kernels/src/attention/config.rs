@@ -557,8 +557,9 @@ pub fn config(
         // (`kiln tune`, docs/PERF.md, 2026-11-25, fifth session); the causal one keeps 64 x 64.
         // dK/dV key-major in 32-row query tiles: 1.03-1.09x 128 x 64 from 1k to 16k (run 113,
         // per kernel; `kiln tune` runs 102 and 106: causal 0.865x; docs/PERF.md, tenth session).
-        // Its row sum kept as lanes' partial sums: 1.015x at 1k, 1.023x at 2k (run 315,
-        // twenty-sixth session; causal 0.99-1.04x, left without).
+        // Its row sum kept as lanes' partial sums: 1.015x at 1k, 1.023x at 2k (run 315, H200,
+        // twenty-sixth session; 1.018x and 1.022x on an H100, run 320; causal 0.99-1.04x, left
+        // without).
         (Target::Sm90a, 64) => [
             c(128, 128, 8, 2)
                 .on_wgmma()
@@ -578,7 +579,8 @@ pub fn config(
             // the power cap; run 200, sixteenth session); long, below. Its `wgmma` descriptors'
             // warpgroup from lane 0: 1.03x without a mask at 1k, 1.05x causal at 1k and 4k
             // (runs 211-212, seventeenth session). Without a mask its row sum kept as lanes'
-            // partial sums: 1.012-1.025x (run 315, twenty-sixth session; causal 0.99-1.01x).
+            // partial sums: 1.012-1.025x (run 315, H200, twenty-sixth session; 1.011-1.040x on
+            // an H100, run 320; causal 0.99-1.01x).
             {
                 let forward = c(128, 128, 8, 2)
                     .on_wgmma()
