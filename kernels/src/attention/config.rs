@@ -19,7 +19,7 @@
 //! | target | head dim | forward | dQ | dK/dV |
 //! | --- | --- | --- | --- | --- |
 //! | sm_90a | 32 | 64 x 128, 4, 2, wgmma (causal: 64 x 64) | 64 x 64, 4, 2, wgmma | 128 x 64, 4, 2, wgmma |
-//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask: partial sums; long: 256 x 64, 16, 2, wgmma, A in registers) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
+//! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask: partial sums, long: 256 x 64, 16, 2, wgmma, A in registers; causal, long: partial sums) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (without a mask: partial sums) | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
@@ -28,8 +28,8 @@
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
-//! 4096 (causal, half the keys), where other forward blocks than the entry's own may measure
-//! faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
+//! 4096 (causal, half the keys), where another forward configuration than the entry's may
+//! measure faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
 //! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a
 //! softmax scale >= 0 only: a call with a negative one runs the long range's entry, or where
 //! that one is persistent too (D64 causal, D128), its blocks one program a block, shipped as
@@ -634,11 +634,15 @@ pub fn config(
     // 16k without a mask, causal 1.05x at 8k, 0.99x at 16k; under the power cap 1.01-1.03x
     // and 1.05x, 1.00x (run 215, seventeenth session). The long D64 forward's Q in registers (its
     // `m64n64k16` scores read 128 bytes of shared memory a clock from descriptors): 1.02-1.03x
-    // from 4k to 16k, and under the power cap (runs 293 and 296, twenty-fourth session).
+    // from 4k to 16k, and under the power cap (runs 293 and 296, twenty-fourth session). The
+    // long causal D64 forward is the entry with its row sum kept as lanes' partial sums: 1.036x
+    // at 16k (1.014x at 4k, 0.989x at 1k, which the entry keeps; run 315, twenty-sixth session),
+    // under the power cap 1.017x at 16k (run 324, twenty-seventh session).
     let forward = match (target, head_dim, causal, keys) {
         (Target::Sm90a, 64, false, KeyLength::Long) => {
             c(256, 64, 16, 2).on_wgmma().with_resident_a()
         }
+        (Target::Sm90a, 64, true, KeyLength::Long) => forward.with_partial_sums(),
         _ => forward,
     };
     let dkdv = match (fused_backward, target, head_dim) {

@@ -16,7 +16,6 @@ pub const PTX: &[(&str, &str, u32)] = &[
     ("attention_fwd_bf16_d128_causal_sm_80_partial_sums", include_str!("attention_fwd_bf16_d128_causal_sm_80_partial_sums.ptx"), 98304),
     ("attention_fwd_bf16_d128_causal_sm_90a_partial_sums", include_str!("attention_fwd_bf16_d128_causal_sm_90a_partial_sums.ptx"), 229504),
     ("attention_fwd_bf16_d128_sm_80_partial_sums", include_str!("attention_fwd_bf16_d128_sm_80_partial_sums.ptx"), 98304),
-    ("attention_fwd_bf16_d64_causal_signed_sm_90a_partial_sums", include_str!("attention_fwd_bf16_d64_causal_signed_sm_90a_partial_sums.ptx"), 98432),
     ("attention_fwd_bf16_d64_causal_sm_80_partial_sums", include_str!("attention_fwd_bf16_d64_causal_sm_80_partial_sums.ptx"), 81920),
     ("attention_fwd_bf16_d64_causal_sm_90a_partial_sums", include_str!("attention_fwd_bf16_d64_causal_sm_90a_partial_sums.ptx"), 114816),
     ("attention_fwd_bf16_d64_long_sm_90a_partial_sums", include_str!("attention_fwd_bf16_d64_long_sm_90a_partial_sums.ptx"), 73856),
