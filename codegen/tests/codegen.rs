@@ -3537,9 +3537,12 @@ fn wgmma_refusals_name_the_reason() {
 /// what codegen makes of its case today, and `ptx/mod.rs` lists them all.
 #[test]
 fn the_gpu_tests_ptx_is_up_to_date() {
+    // Shipped by the table, not by kiln-kernels' compiled list of PTX, which a bless that adds a
+    // specialisation writes only after this binary was built.
+    let shipped: Vec<String> = prebuilt::shipped().into_iter().map(|s| s.name).collect();
     let cases: Vec<cases::Case> = cases::cases()
         .into_iter()
-        .filter(|c| prebuilt::ptx(&c.name).is_none())
+        .filter(|c| !shipped.contains(&c.name))
         .collect();
     let compiled: Vec<(String, Compiled)> = cases
         .iter()
