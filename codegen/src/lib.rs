@@ -132,8 +132,8 @@ pub struct CompileOptions {
     /// keeps it per thread too (FlashAttention's convention; [`thread`]'s lowering,
     /// `partial_sums`). The persistent D64 and D128 forwards without a mask ran 1.01-1.02x with
     /// it, the long D64 one 0.98x (ptxas's schedule moves with it: run 315, docs/PERF.md,
-    /// twenty-sixth session), so a table entry chooses it; none does until compare.py has run
-    /// on a table with it.
+    /// twenty-sixth session), so a table entry chooses it (kiln-kernels' sm_90a forwards where
+    /// it measured faster).
     pub partial_sums: bool,
 }
 

@@ -29,11 +29,11 @@
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
 //! 4096 (causal, half the keys), where another forward configuration than the entry's may
-//! measure faster (today only long ones do); each such ships as a specialisation of its own (`_short`,
-//! `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent forward takes a
-//! softmax scale >= 0 only: a call with a negative one runs the long range's entry, or where
-//! that one is persistent too (D64 causal, D128), its blocks one program a block, shipped as
-//! `_signed` ([`super::plan::forward`], [`super::plan::signed_forward`]).
+//! measure faster (today only long ones do); each such ships as a specialisation of its own
+//! (`_short`, `_long`) and the launch picks it by `seqlen_q` and `seqlen_k`. A persistent
+//! forward takes a softmax scale >= 0 only: a call with a negative one runs the long range's
+//! entry, or where that one is persistent too (D64 causal, D128), its blocks one program a
+//! block, shipped as `_signed` ([`super::plan::forward`], [`super::plan::signed_forward`]).
 //!
 //! The sm_90a entries are `kiln tune`'s winners on an H100 (bf16, seqlen 4096; every candidate
 //! checked against f64 first; docs/PERF.md, 2026-11-22) and since: on `wgmma` wherever it won
@@ -705,113 +705,96 @@ mod tests {
 
     #[test]
     fn configurations_read_as_they_print_for_tune() {
-        let c: KernelConfig = "128x64:4:2:wgmma".parse().unwrap();
-        assert_eq!(c, KernelConfig::new(128, 64, 4, 2).on_wgmma());
-        assert_eq!(c.to_string(), "128 x 64, 4 warps, 2 stages, wgmma");
-        assert_eq!("64x32:8:3".parse(), Ok(KernelConfig::new(64, 32, 8, 3)));
-        let p: KernelConfig = "128x128:8:2:wgmma:producer".parse().unwrap();
+        let c = KernelConfig::new;
+        // (text, configuration, as printed): each reads as the configuration and prints so.
+        for (text, config, printed) in [
+            (
+                "128x64:4:2:wgmma",
+                c(128, 64, 4, 2).on_wgmma(),
+                "128 x 64, 4 warps, 2 stages, wgmma",
+            ),
+            (
+                "128x128:8:2:wgmma:producer",
+                c(128, 128, 8, 2).on_wgmma().with_producer(),
+                "128 x 128, 8 warps, 2 stages, wgmma, producer",
+            ),
+            (
+                "128x128:8:2:wgmma:producer:persistent:uniform",
+                c(128, 128, 8, 2)
+                    .on_wgmma()
+                    .with_producer()
+                    .persistent()
+                    .with_uniform_warpgroup(),
+                "128 x 128, 8 warps, 2 stages, wgmma, producer, uniform warpgroup, persistent",
+            ),
+            (
+                "64x128:8:2:wgmma:uniform:at-issue",
+                c(64, 128, 8, 2)
+                    .on_wgmma()
+                    .with_uniform_warpgroup()
+                    .with_descriptors_at_issue(),
+                "64 x 128, 8 warps, 2 stages, wgmma, uniform warpgroup, descriptors at issue",
+            ),
+            (
+                "64x128:8:2:wgmma:producer:lean:uniform:at-issue",
+                c(64, 128, 8, 2)
+                    .on_wgmma()
+                    .with_producer()
+                    .with_lean_producer()
+                    .with_uniform_warpgroup()
+                    .with_descriptors_at_issue(),
+                "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, \
+                 descriptors at issue",
+            ),
+            (
+                "64x128:8:2:wgmma:producer:lean:turns",
+                c(64, 128, 8, 2)
+                    .on_wgmma()
+                    .with_producer()
+                    .with_lean_producer()
+                    .with_dq_by_turns(),
+                "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, dQ by turns",
+            ),
+            (
+                "256x64:16:2:wgmma:resident-a",
+                c(256, 64, 16, 2).on_wgmma().with_resident_a(),
+                "256 x 64, 16 warps, 2 stages, wgmma, A in registers",
+            ),
+            (
+                "128x128:8:2:wgmma:producer:persistent:partial-sums",
+                c(128, 128, 8, 2)
+                    .on_wgmma()
+                    .with_producer()
+                    .persistent()
+                    .with_partial_sums(),
+                "128 x 128, 8 warps, 2 stages, wgmma, producer, partial sums, persistent",
+            ),
+        ] {
+            let parsed: KernelConfig = text.parse().unwrap();
+            assert_eq!(parsed, config, "{text}");
+            assert_eq!(parsed.to_string(), printed);
+        }
         assert_eq!(
-            p,
-            KernelConfig::new(128, 128, 8, 2).on_wgmma().with_producer()
+            "128x128:8:2:wgmma:producer"
+                .parse::<KernelConfig>()
+                .unwrap()
+                .threads(),
+            384
         );
-        assert_eq!(
-            p.to_string(),
-            "128 x 128, 8 warps, 2 stages, wgmma, producer"
-        );
-        assert_eq!(p.threads(), 384);
-        let u: KernelConfig = "128x128:8:2:wgmma:producer:persistent:uniform"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            u,
-            KernelConfig::new(128, 128, 8, 2)
-                .on_wgmma()
-                .with_producer()
-                .persistent()
-                .with_uniform_warpgroup()
-        );
-        assert_eq!(
-            u.to_string(),
-            "128 x 128, 8 warps, 2 stages, wgmma, producer, uniform warpgroup, persistent"
-        );
-        assert_eq!(
-            "128x64:8:2:wgmma:uniform".parse(),
-            Ok(KernelConfig::new(128, 64, 8, 2)
-                .on_wgmma()
-                .with_uniform_warpgroup())
-        );
-        let i: KernelConfig = "64x128:8:2:wgmma:uniform:at-issue".parse().unwrap();
-        assert_eq!(
-            i,
-            KernelConfig::new(64, 128, 8, 2)
-                .on_wgmma()
-                .with_uniform_warpgroup()
-                .with_descriptors_at_issue()
-        );
-        assert_eq!(
-            i.to_string(),
-            "64 x 128, 8 warps, 2 stages, wgmma, uniform warpgroup, descriptors at issue"
-        );
-        let lean: KernelConfig = "64x128:8:2:wgmma:producer:lean:uniform:at-issue"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            lean,
-            KernelConfig::new(64, 128, 8, 2)
-                .on_wgmma()
-                .with_producer()
-                .with_lean_producer()
-                .with_uniform_warpgroup()
-                .with_descriptors_at_issue()
-        );
-        assert_eq!(
-            lean.to_string(),
-            "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, \
-             descriptors at issue"
-        );
-        let turns: KernelConfig = "64x128:8:2:wgmma:producer:lean:turns".parse().unwrap();
-        assert_eq!(
-            turns,
-            KernelConfig::new(64, 128, 8, 2)
-                .on_wgmma()
-                .with_producer()
-                .with_lean_producer()
-                .with_dq_by_turns()
-        );
-        assert_eq!(
-            turns.to_string(),
-            "64 x 128, 8 warps, 2 stages, wgmma, producer, lean producer, dQ by turns"
-        );
-        let resident: KernelConfig = "256x64:16:2:wgmma:resident-a".parse().unwrap();
-        assert_eq!(
-            resident,
-            KernelConfig::new(256, 64, 16, 2)
-                .on_wgmma()
-                .with_resident_a()
-        );
-        assert_eq!(
-            resident.to_string(),
-            "256 x 64, 16 warps, 2 stages, wgmma, A in registers"
-        );
-        let partial: KernelConfig = "128x128:8:2:wgmma:producer:persistent:partial-sums"
-            .parse()
-            .unwrap();
-        assert_eq!(
-            partial,
-            KernelConfig::new(128, 128, 8, 2)
-                .on_wgmma()
-                .with_producer()
-                .persistent()
-                .with_partial_sums()
-        );
-        assert_eq!(
-            partial.to_string(),
-            "128 x 128, 8 warps, 2 stages, wgmma, producer, partial sums, persistent"
-        );
-        assert_eq!(
-            "128x64:4:2:partial-sums".parse(),
-            Ok(KernelConfig::new(128, 64, 4, 2).with_partial_sums())
-        );
+        // Read only.
+        for (text, config) in [
+            ("64x32:8:3", c(64, 32, 8, 3)),
+            (
+                "128x64:8:2:wgmma:uniform",
+                c(128, 64, 8, 2).on_wgmma().with_uniform_warpgroup(),
+            ),
+            (
+                "128x64:4:2:partial-sums",
+                c(128, 64, 4, 2).with_partial_sums(),
+            ),
+        ] {
+            assert_eq!(text.parse(), Ok(config));
+        }
         for bad in [
             "64x128:8:2:turns",
             "128x64:4:partial-sums",
