@@ -611,8 +611,10 @@ pub fn config(
         // At 64 and 128: `kiln tune` of the sm_80 PTX on an H200 (`KILN_TARGET=sm_80`, bf16,
         // seqlen 4096; docs/PERF.md, 2026-11-26, seventh session), where Stage 1's bars are
         // measured: 1.04-1.30x the untuned shapes before. Not measured on Ampere.
+        // The forward's row sum kept as lanes' partial sums: 1.030-1.045x at 2k-4k, causal or not
+        // (run 327, twenty-seventh session; D128's 0.996-1.004x, left without).
         (Target::Sm80, 64) => [
-            c(128, 128, 4, if causal { 2 } else { 3 }),
+            c(128, 128, 4, if causal { 2 } else { 3 }).with_partial_sums(),
             c(128, 64, 4, 2),
             c(128, 64, 4, 2),
         ],
