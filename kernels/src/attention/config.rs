@@ -23,7 +23,7 @@
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (without a mask: partial sums) | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2) | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
+//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2), partial sums | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
 //! | sm_80 | 128 | 128 x 64, 4, 2 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
