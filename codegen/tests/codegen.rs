@@ -1394,6 +1394,42 @@ fn the_emulator_finds_tma_stores_misused() {
     );
 }
 
+/// On `mma.sync` the GEMM's C goes out through the drained loop's buffers: the block meets
+/// before writing them (other warps may still read the last tiles there) and again before
+/// reading the tile back; without either barrier the emulator finds the race (on a run whose
+/// last iteration reads a buffer C's tile covers).
+#[test]
+fn the_emulator_finds_a_store_through_the_buffers_unordered() {
+    use kiln_codegen::thread::Op;
+    let case = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let program = thread_program(&case.kernel, &case_options(&case, Target::Sm80)).unwrap();
+    let top = &program.body.insts;
+    let drained = top
+        .iter()
+        .rposition(|i| matches!(i.op, Op::CpAsyncWait { pending: 0 }))
+        .expect("the K loop drains its copies");
+    let barriers: Vec<usize> = (drained..top.len())
+        .filter(|&i| matches!(top[i].op, Op::Barrier))
+        .collect();
+    assert_eq!(barriers.len(), 2, "{program}");
+    // The run whose K loop goes round 7 times: its last tiles are in the first buffers.
+    let run = cases::runs(&case)
+        .into_iter()
+        .find(|r| r.label.starts_with("65x64x200"))
+        .expect("a run of 7 K steps");
+    let [x, y, z] = run.grid;
+    let emulated = |program: &kiln_codegen::thread::Program| {
+        emulate::run(program, Grid::new(x, y, z), &run.host_args(&run.buffers))
+    };
+    emulated(&program).unwrap();
+    for barrier in barriers {
+        let mut unordered = program.clone();
+        unordered.body.insts.remove(barrier);
+        let err = emulated(&unordered).unwrap_err();
+        assert!(err.to_string().contains("race: shared byte"), "{err}");
+    }
+}
+
 /// The fused backward's dK/dV adds each query tile's dQ by TMA (`cp.reduce.async.bulk.tensor`)
 /// on sm_90a, from the tile its reductions share, instead of with per-thread atomics:
 /// query-major in one warpgroup (64 x 64 at D128) by one lane of the block, a slab at a time;
@@ -2769,8 +2805,10 @@ fn the_emulator_checks_the_divisibility_a_kernel_assumes() {
 }
 
 /// The pipelined GEMM's K loop, as text: the layout stage marks the loop and its two loads
-/// (cp.async into 3 buffers, no staging conversion), the thread program shows the prologue, the
-/// wait, barrier, copies and commit at the loop's top, the slot it carries and the drain after it.
+/// (cp.async into 3 buffers, no staging conversion) and C's conversion through the drained
+/// buffers, the thread program shows the prologue, the wait, barrier, copies and commit at the
+/// loop's top, the slot it carries, the drain after it and C's way out; unpipelined, C is
+/// stored from its registers.
 #[test]
 fn a_pipelined_gemm_loop_dumps_its_stages() {
     let compiled = compile_case(&case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80"));
@@ -2788,12 +2826,29 @@ fn a_pipelined_gemm_loop_dumps_its_stages() {
         "cp.async.commit_group",
         "cp.async.wait_group 1",
         "cp.async.wait_group 0",
-        // C's f16 pairs of the mma layout, one 4-byte store each.
-        "st.global.b32",
+        // C goes through shared memory: the mma layout's f16 pairs in, rows' 16 bytes out.
+        "st.shared.b32",
+        "ld.shared.v4.b32",
+        "st.global.v4.b32",
     ] {
         assert!(ptx.contains(expected), "no `{expected}` in\n{ptx}");
     }
     assert!(!ptx.contains("st.global.b16"), "{ptx}");
+    assert!(!ptx.contains("st.global.b32"), "{ptx}");
+    // Its addresses derive from the thread index read again, not from values kept live
+    // across the loop.
+    assert_eq!(ptx.matches("%tid.x").count(), 2, "{ptx}");
+    // Unpipelined, the loop has no buffers to leave: C goes out from the mma layout, 4 bytes
+    // a store, and takes no shared memory for it.
+    let case = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let unpipelined = case_options(&case, Target::Sm80).with_stages(1);
+    let compiled = compile(&case.kernel, &unpipelined).unwrap();
+    let layout = compiled.stage(Stage::Layout).unwrap();
+    assert!(
+        !layout.contains("where the loops' buffers were"),
+        "{layout}"
+    );
+    assert!(compiled.ptx().contains("st.global.b32"));
 }
 
 /// The control flow, shared-memory traffic and tensor-core ops of a thread program, without
@@ -2826,7 +2881,8 @@ fn skeleton(thread: &str) -> String {
 /// or with TMA where they run on `wgmma` (every kernel describes its streamed tensors whole),
 /// and the tiles they load and store outside the loops in registers (the forward's Q for its
 /// scale's sign, but for the persistent one; dQ's O and dO for delta, dK/dV's K and V) move 16
-/// bytes per vector; on `wgmma` the forward's O and dQ are stored by TMA.
+/// bytes per vector; on `wgmma` the forward's O and dQ are stored by TMA, on `mma.sync` every
+/// output tile through shared memory in 16-byte vectors.
 #[test]
 fn shipped_attention_kernels_pipeline_and_vectorise() {
     for name in ["attention_fwd", "attention_bwd_dq", "attention_bwd_dkdv"] {
@@ -2857,6 +2913,11 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                     && ptx.contains("cp.async.bulk.wait_group.read 0");
                 let by_tma = case.wgmma && name != "attention_bwd_dkdv";
                 assert_eq!(stores, by_tma, "{}: TMA stores", case.name);
+                // On `mma.sync` they go out through the drained buffers, 16 bytes a store.
+                if !case.wgmma {
+                    assert!(ptx.contains("st.global.v4.b32"), "{}", case.name);
+                    assert!(!ptx.contains("st.global.b32"), "{}", case.name);
+                }
             }
         }
     }

@@ -1250,7 +1250,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 _ => bits_of(*v as f32),
             },
             Op::Special(special) => match special {
-                Special::Tid => (self.first + t) as u64,
+                Special::Tid | Special::TidAgain => (self.first + t) as u64,
                 Special::Ctaid(axis) => self.ctaid[*axis as usize % 3] as u64,
                 Special::Nctaid(axis) => self.nctaid[*axis as usize % 3] as u64,
             },

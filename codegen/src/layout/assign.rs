@@ -32,6 +32,7 @@ use super::divisibility::Divisibility;
 use super::mma::MMA_M;
 use super::mma::{K_WIDTH, MmaV2, Operand};
 use super::pipeline::{self, OnceLoad, PipelinedLoad, PipelinedLoop};
+use super::staged_store;
 use super::swizzle::SwizzledShared;
 use super::tma_store::{self, TmaStore};
 use super::wgmma::{MAX_N, WARPS_PER_WARPGROUP, WGMMA_M};
@@ -72,6 +73,10 @@ pub enum ConversionKind {
     /// An mma accumulator (rounded to 16 bits) as the A operand of the next mma: register pairs
     /// of the accumulator are the operand's registers, no data moves (FlashAttention-2's `P @ V`).
     AccumulatorAsA,
+    /// Registers to registers of another distributed layout (`to`, the coalescing one) through
+    /// a swizzled tile (`shared`) `offset` bytes into the drained loops' buffers, in vector
+    /// accesses, right before the `store_block` that stores it ([`super::staged_store`]).
+    ThroughBuffers { shared: SharedLayout, offset: usize },
 }
 
 /// The layout stage's output: a layout for every tile value of a kernel, and the conversions.
@@ -221,6 +226,22 @@ impl LayoutAssignment {
         })
     }
 
+    /// Where staged tiles are aligned in shared memory: to 128 bytes (one pass over the 32
+    /// banks), or to 1024 where `wgmma` reads them (its swizzle acts on address bits up to 1024).
+    pub fn tile_align(&self) -> usize {
+        if self.uses_wgmma() {
+            super::wgmma::TILE_ALIGN
+        } else {
+            128
+        }
+    }
+
+    /// The bytes a tile of `value` takes in shared memory, aligned for the next.
+    pub fn shared_tile_bytes(&self, kernel: &Kernel, value: Value) -> usize {
+        let bytes = kernel.ty(value).num_elements() * kernel.dtype(value).size_bytes();
+        bytes.next_multiple_of(self.tile_align())
+    }
+
     /// Whether any `dot` runs on `wgmma`: its shared tiles are aligned for the swizzle, and
     /// what writes them fences the async proxy.
     pub fn uses_wgmma(&self) -> bool {
@@ -269,6 +290,15 @@ impl LayoutAssignment {
             .flat_map(|p| &p.loads)
             .filter_map(|l| l.shared.as_ref())
             .chain(self.tma_once.values().map(|l| &l.shared))
+            .chain(
+                self.conversions
+                    .values()
+                    .flatten()
+                    .filter_map(|c| match &c.kind {
+                        ConversionKind::ThroughBuffers { shared, .. } => Some(shared),
+                        _ => None,
+                    }),
+            )
             .map(|shared| Layout::Shared(shared.clone()));
         let values = self.layouts.iter().flatten().cloned();
         for layout in values.chain(targets).chain(buffers) {
@@ -875,6 +905,7 @@ pub fn assign(kernel: &Kernel, options: &CompileOptions) -> Result<LayoutAssignm
     pipeline::apply(kernel, options, &divisibility, &mut assignment);
     assignment.tma_once = pipeline::once_loads(kernel, &divisibility, &mut assignment);
     tma_store::apply(kernel, &divisibility, &mut assignment);
+    staged_store::apply(kernel, &mut assignment);
     // One warpgroup adds its tile through shared memory alone: by TMA.
     for dot in &dots {
         let by_tma = assignment

@@ -15,7 +15,8 @@
 //! layout; operands of a `dot` are staged into swizzled shared memory after their definition
 //! and read as dot operands with `ldmatrix` (a `trans` of a staged tile is a view of it), except
 //! an earlier `dot`'s accumulator that is already the A operand (FlashAttention-2's `P @ V`);
-//! other mismatches are explicit conversions through shared memory. [`ThreadMap`] is the one
+//! other mismatches are explicit conversions through shared memory (a tile stored after the
+//! pipelined loops through their drained buffers, [`staged_store`]). [`ThreadMap`] is the one
 //! description of where a distributed layout (blocked, slice, mma) puts each element: the
 //! thread-program lowering computes it from thread ids, tests compute it on the CPU; the mma
 //! layout's comes from [`mma`]'s fragment maps, through [`linear_terms`].
@@ -25,6 +26,7 @@ pub mod divisibility;
 mod hoist;
 pub mod mma;
 pub mod pipeline;
+pub mod staged_store;
 pub mod swizzle;
 mod text;
 pub mod tma_store;

@@ -330,6 +330,74 @@ pub(super) fn once_loads(
     once
 }
 
+/// A top-level `store_block` after the pipelined loops ([`stores_after_loops`]).
+pub(super) struct StoreAfterLoops<'k> {
+    pub ptr: Value,
+    pub value: Value,
+    pub boundary_check: &'k [usize],
+}
+
+/// The top-level `store_block`s after every pipelined loop (and after instruction
+/// `not_before`) that `through_shared` takes, each given where its tile would start (bytes
+/// from the drained loops' buffers), as long as their tiles fit one after the other where
+/// those buffers were: by pre-order index.
+pub(super) fn stores_after_loops<T>(
+    kernel: &Kernel,
+    assignment: &mut LayoutAssignment,
+    not_before: Option<usize>,
+    mut through_shared: impl FnMut(&mut LayoutAssignment, StoreAfterLoops<'_>, usize) -> Option<T>,
+) -> BTreeMap<usize, T> {
+    let room = drained_room(kernel, assignment);
+    let last_loop = assignment.pipelines.keys().next_back().copied();
+    let mut stores = BTreeMap::new();
+    let mut taken = 0;
+    for (index, inst) in top_level(&kernel.body, 0) {
+        let Op::StoreBlock {
+            ptr,
+            value,
+            boundary_check,
+        } = &inst.op
+        else {
+            continue;
+        };
+        let after = |last: Option<usize>| last.is_some_and(|l| l > index);
+        let bytes = assignment.shared_tile_bytes(kernel, *value);
+        if after(last_loop) || after(not_before) || taken + bytes > room {
+            continue;
+        }
+        let store = StoreAfterLoops {
+            ptr: *ptr,
+            value: *value,
+            boundary_check,
+        };
+        if let Some(store) = through_shared(assignment, store, taken) {
+            taken += bytes;
+            stores.insert(index, store);
+        }
+    }
+    stores
+}
+
+/// The most shared memory any pipelined loop's buffers take: the room that stores after the
+/// loops have where the buffers were (every top-level loop's start at the same place:
+/// `thread::lower`'s shared plan).
+fn drained_room(kernel: &Kernel, assignment: &LayoutAssignment) -> usize {
+    let buffers = |p: &PipelinedLoop| {
+        let tiles: usize = p
+            .loads
+            .iter()
+            .map(|l| assignment.shared_tile_bytes(kernel, l.value))
+            .sum();
+        p.stages as usize * tiles
+    };
+    assignment
+        .pipelines
+        .values()
+        .map(buffers)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The instructions of `region`, its first at pre-order index `start`, each with its index.
 pub(super) fn top_level(region: &Region, start: usize) -> impl Iterator<Item = (usize, &Inst)> {
     region.insts.iter().scan(start, |at, inst| {

@@ -79,8 +79,15 @@ impl LayoutAssignment {
                         | ConversionKind::LdmatrixBeforeLoop { from } => alias(from),
                         _ => self.layout(value).map_or("?".to_string(), &alias),
                     };
+                    let through = match &conversion.kind {
+                        ConversionKind::ThroughBuffers { shared, .. } => format!(
+                            "  // through {} where the loops' buffers were",
+                            alias(&Layout::Shared(shared.clone()))
+                        ),
+                        _ => String::new(),
+                    };
                     out.push_str(&format!(
-                        "{indent}convert_layout {} : {} {from} -> {}\n",
+                        "{indent}convert_layout {} : {} {from} -> {}{through}\n",
                         value_name(kernel, value),
                         kernel.ty(value),
                         alias(&conversion.to)

@@ -40,9 +40,11 @@ use kiln_dsl::DType;
 use kiln_dsl::ir::{Inst, Kernel, Op, Value};
 
 use super::divisibility::{Divisibility, definitions};
-use super::pipeline::{Carriers, inst_count, loop_carriers, tile_loops, tma_view, top_level};
+use super::pipeline::{
+    Carriers, loop_carriers, stores_after_loops, tile_loops, tma_view, top_level,
+};
 use super::swizzle::SwizzledShared;
-use super::wgmma::{TILE_ALIGN, WARPS_PER_WARPGROUP};
+use super::wgmma::WARPS_PER_WARPGROUP;
 use super::{LayoutAssignment, SharedLayout, THREADS_PER_WARP};
 
 /// A `store_block` TMA copies out of shared memory.
@@ -140,24 +142,11 @@ struct Views<'k> {
 /// The top-level `store_block`s TMA copies out of the drained loops' buffers.
 fn stores(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usize, TmaStore> {
     let kernel = views.kernel;
-    let mut stores = BTreeMap::new();
     let pipelines = &assignment.pipelines;
     if pipelines.is_empty() || !pipelines.values().all(|p| p.uses_tma()) {
-        return stores;
+        return BTreeMap::new();
     }
-    // The most any loop's buffers take: the room the stores' tiles share.
-    let room = pipelines
-        .values()
-        .map(|p| {
-            p.stages as usize
-                * p.loads
-                    .iter()
-                    .map(|l| tile_bytes(kernel, l.value))
-                    .sum::<usize>()
-        })
-        .max()
-        .unwrap_or(0);
-    let last_loop = pipelines.keys().next_back().copied();
+    // The program waits for its copies to have read shared memory, not for their writes.
     let mut last_load = None;
     let mut next = 0;
     super::walk_insts(&kernel.body, &mut next, &mut |index, inst| {
@@ -165,27 +154,9 @@ fn stores(views: &Views<'_>, assignment: &mut LayoutAssignment) -> BTreeMap<usiz
             last_load = Some(index);
         }
     });
-    let mut taken = 0;
-    let mut at = 0;
-    for inst in &kernel.body.insts {
-        let inst_index = at;
-        at += inst_count(inst);
-        let Op::StoreBlock { ptr, value, .. } = &inst.op else {
-            continue;
-        };
-        let after = |last: Option<usize>| last.is_some_and(|l| l > inst_index);
-        let bytes = tile_bytes(kernel, *value);
-        if after(last_loop) || after(last_load) || taken + bytes > room {
-            continue;
-        }
-        let view = (*ptr, *value);
-        let Some(store) = through_shared(views, assignment, view, false) else {
-            continue;
-        };
-        taken += bytes;
-        stores.insert(inst_index, store);
-    }
-    stores
+    stores_after_loops(kernel, assignment, last_load, |assignment, store, _| {
+        through_shared(views, assignment, (store.ptr, store.value), false)
+    })
 }
 
 /// The `store_block`s in the body of a top-level loop that is not pipelined, where a producer
@@ -306,12 +277,6 @@ fn through_shared(
         own_tile: reduce,
         by_one_warpgroup: false,
     })
-}
-
-/// A tile's bytes in shared memory.
-fn tile_bytes(kernel: &Kernel, value: Value) -> usize {
-    let elems = kernel.ty(value).num_elements() * kernel.dtype(value).size_bytes();
-    elems.next_multiple_of(TILE_ALIGN)
 }
 
 /// The warpgroups of the program where each holds only rows `[w R, (w + 1) R)` of `value`, a

@@ -918,10 +918,17 @@ impl<'ctx> Translation<'_, 'ctx> {
         self.asm(&asm, &constraints, &vec![f32_type; count], &inputs)
     }
 
-    /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`.
+    /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`;
+    /// `%tid.x` again as an `asm` with side effects, which LLVM neither merges nor moves.
     fn special(&self, special: Special) -> Result<BasicValueEnum<'ctx>> {
         let axis = |a: u8| ["x", "y", "z"][a as usize % 3];
         let name = match special {
+            Special::TidAgain => {
+                let i32_type = self.context.i32_type().into();
+                let read =
+                    self.asm("mov.u32 $0, %tid.x;", &["=r".to_string()], &[i32_type], &[])?;
+                return Ok(read[0]);
+            }
             Special::Tid => "tid.x".to_string(),
             Special::Ctaid(a) => format!("ctaid.{}", axis(a)),
             Special::Nctaid(a) => format!("nctaid.{}", axis(a)),

@@ -89,6 +89,10 @@ pub enum Constant {
 pub enum Special {
     /// `%tid.x`: the thread's index in its block (blocks are 1-D).
     Tid,
+    /// `%tid.x` read again, where LLVM cannot merge it with the first read: what derives from
+    /// it is computed anew there, not kept live from before (across a loop, in registers a
+    /// loop needs).
+    TidAgain,
     /// `%ctaid.{x,y,z}`: the block's index in the grid.
     Ctaid(u8),
     /// `%nctaid.{x,y,z}`: the grid's size.

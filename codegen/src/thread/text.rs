@@ -95,6 +95,7 @@ fn op_text(op: &Op) -> String {
         Op::Const(Constant::Float(v)) => format!("const {v:?}"),
         Op::Special(s) => match s {
             Special::Tid => "sreg tid.x".to_string(),
+            Special::TidAgain => "sreg tid.x again".to_string(),
             Special::Ctaid(axis) => format!("sreg ctaid.{}", axis_name(*axis)),
             Special::Nctaid(axis) => format!("sreg nctaid.{}", axis_name(*axis)),
         },

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 
 use kiln_dsl::ir::{Inst as TileInst, Kernel, Op as TileOp, Region, Value};
 
-use super::{Lowering, Result, unsupported};
+use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::mma::{
     A_REGS_PER_MMA, ACC_REGS_PER_MMA, B_REGS_PER_MMA, Ldmatrix, MmaV2, Operand, a_register_from_acc,
 };
 use crate::layout::swizzle::SwizzledShared;
 use crate::layout::{
-    ConversionKind, Layout, LayoutAssignment, PipelinedLoop, THREADS_PER_WARP, ThreadMap,
-    linear_terms, nested_regions, walk_insts,
+    ConversionKind, Layout, LayoutAssignment, PipelinedLoop, SharedLayout, THREADS_PER_WARP,
+    ThreadMap, linear_terms, nested_regions, walk_insts,
 };
 use crate::thread::ir::{IntOp, Op, Reg, Space, Type};
 use crate::{CodegenError, Stage};
@@ -81,16 +81,6 @@ pub(super) struct Pending {
     pub writes: bool,
 }
 
-/// Staged tiles are aligned to 128 bytes (one pass over the 32 banks), or to 1024 where `wgmma`
-/// reads them: its swizzle acts on address bits up to 1024.
-pub(super) fn tile_align(layouts: &LayoutAssignment) -> u32 {
-    if layouts.uses_wgmma() {
-        crate::layout::wgmma::TILE_ALIGN as u32
-    } else {
-        128
-    }
-}
-
 /// The bytes of a tile of `value`: what a TMA copy of it brings (`expect_tx`).
 pub(super) fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
     let shape = kernel.ty(value).shape();
@@ -100,7 +90,7 @@ pub(super) fn tile_bytes(kernel: &Kernel, value: Value) -> u32 {
 
 /// The bytes a tile of `value` takes in shared memory, aligned for the next.
 pub(super) fn aligned_tile_bytes(kernel: &Kernel, layouts: &LayoutAssignment, value: Value) -> u32 {
-    tile_bytes(kernel, value).next_multiple_of(tile_align(layouts))
+    layouts.shared_tile_bytes(kernel, value) as u32
 }
 
 /// Where staged tiles go in shared memory: the tiles of refilled TMA loads (a persistent
@@ -349,6 +339,24 @@ fn vector_run(map: &ThreadMap, layout: &SwizzledShared) -> usize {
     map.run_along(layout.order[0], layout.vec.min(8))
 }
 
+/// The accesses of a tile in the layout `map` to a shared tile in `layout`, each its first
+/// register and how many it moves: a vector where registers run along the contiguous dimension.
+fn vector_accesses(map: &ThreadMap, layout: &SwizzledShared) -> Vec<(usize, usize)> {
+    let run = vector_run(map, layout);
+    let mut accesses = Vec::new();
+    let mut i = 0;
+    while i < map.registers.len() {
+        let len = if run > 1 && map.registers[i][layout.order[0]].is_multiple_of(run) {
+            run
+        } else {
+            1
+        };
+        accesses.push((i, len));
+        i += len;
+    }
+    accesses
+}
+
 /// An operand's 32-bit registers, loaded from shared memory on first use.
 pub(super) enum Fragments {
     Registers(Vec<Reg>),
@@ -424,6 +432,45 @@ impl Lowering<'_> {
         Ok(())
     }
 
+    /// `value` in layout `to` through a swizzled tile `offset` bytes into the drained loops'
+    /// buffers ([`ConversionKind::ThroughBuffers`]): the block meets (other warps may still read
+    /// the loops' last buffers), each owner writes its elements, the block meets again, and every
+    /// thread reads what `to` gives it, in vectors.
+    pub(super) fn convert_through_buffers(
+        &mut self,
+        inst: &TileInst,
+        value: Value,
+        to: &Layout,
+        shared: &SharedLayout,
+        offset: usize,
+    ) -> Result<Vec<Reg>> {
+        let regs = self.regs(value)?;
+        let shape = self.shape(value);
+        let &[rows, cols] = shape.as_slice() else {
+            return Err(unsupported(
+                inst,
+                "expected a 2-D tile to convert through shared memory",
+            ));
+        };
+        let from = self
+            .value_map(inst, value)?
+            .ok_or_else(|| unsupported(inst, "expected a tile to convert"))?;
+        let to = self.map(inst, to, &shape)?;
+        let tile = SharedTile {
+            base: SharedBase::Fixed(self.next_buffer + offset as u32),
+            layout: shared.swizzled([rows, cols]),
+            elem: memory_type(self.dtype(value)),
+        };
+        self.read_tid_again();
+        self.barrier();
+        self.write_tile(&from, &regs, &tile, Addressing::Shared);
+        self.pending.writes = true;
+        self.barrier();
+        let read = self.read_tile(&to, &tile);
+        self.pending.reads = true;
+        Ok(read)
+    }
+
     /// Writes `regs`, a tile in the layout `map` describes, into the shared `tile`: as vectors
     /// where the registers run along the tile's contiguous dimension, each element by its owner.
     pub(super) fn write_tile(
@@ -433,19 +480,7 @@ impl Lowering<'_> {
         tile: &SharedTile,
         addressing: Addressing,
     ) {
-        let run = vector_run(map, &tile.layout);
-        // Each access: its first register and how many it writes.
-        let mut accesses = Vec::new();
-        let mut i = 0;
-        while i < regs.len() {
-            let len = if run > 1 && map.registers[i][tile.layout.order[0]].is_multiple_of(run) {
-                run
-            } else {
-                1
-            };
-            accesses.push((i, len));
-            i += len;
-        }
+        let accesses = vector_accesses(map, &tile.layout);
         let positions = self.positions(map);
         let slots = match addressing {
             Addressing::PerAccess => accesses
@@ -476,6 +511,31 @@ impl Lowering<'_> {
                 });
             }
         }
+    }
+
+    /// Reads the tile the layout `map` describes from the shared `tile`: as vectors where the
+    /// registers run along its contiguous dimension, one address per thread-dependent offset
+    /// (as [`Addressing::Shared`] writes).
+    pub(super) fn read_tile(&mut self, map: &ThreadMap, tile: &SharedTile) -> Vec<Reg> {
+        let accesses = vector_accesses(map, &tile.layout);
+        let firsts: Vec<_> = accesses.iter().map(|&(i, _)| (map, i)).collect();
+        let slots = self.tile_addresses(tile, &firsts);
+        let mut regs = Vec::new();
+        for ((_, len), ptr) in accesses.into_iter().zip(slots) {
+            if len > 1 {
+                regs.extend(
+                    self.emit_multi(Op::LoadVector { ptr, pred: None }, &vec![tile.elem; len]),
+                );
+            } else {
+                let load = Op::Load {
+                    ptr,
+                    pred: None,
+                    other: None,
+                };
+                regs.push(self.emit(load, tile.elem));
+            }
+        }
+        regs
     }
 
     /// `trans` of a staged tile: the same shared memory, seen transposed.

@@ -94,6 +94,7 @@ fn lower_in(
         converted: Vec::new(),
         hoisted: Vec::new(),
         fields: HashMap::new(),
+        tid_again: None,
         uniform_warpgroup: None,
         uniform_descriptors: options.uniform_warpgroup,
         descriptors_at_issue: options.descriptors_at_issue,
@@ -236,6 +237,9 @@ pub(super) struct Lowering<'a> {
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,
+    /// `%tid.x` read again after the loops ([`Lowering::read_tid_again`]), the fields' source
+    /// from there on.
+    tid_again: Option<Reg>,
     /// [`Lowering::uniform_warpgroup`], once computed in the prelude.
     uniform_warpgroup: Option<Reg>,
     /// [`crate::CompileOptions::uniform_warpgroup`].
@@ -386,23 +390,36 @@ impl Lowering<'_> {
         }
     }
 
-    /// `(id >> shift) & mask`, computed once in the prelude.
+    /// `(id >> shift) & mask`, computed once in the prelude; after [`Self::tid_again`], where
+    /// it is needed, from that read.
     pub(super) fn field(&mut self, field: IdField) -> Reg {
+        let (shift, mask) = field_shift_mask(field);
+        if let Some(tid) = self.tid_again {
+            let shift = self.i32_const(shift as i64);
+            let shifted = self.int(IntOp::LShr, tid, shift);
+            let mask = self.i32_const(mask as i64);
+            return self.int(IntOp::And, shifted, mask);
+        }
         if let Some(&reg) = self.fields.get(&field) {
             return reg;
         }
-        let (id_shift, id_mask) = match field.id {
-            Id::Lane => (0, THREADS_PER_WARP - 1),
-            Id::Warp => (THREADS_PER_WARP.trailing_zeros(), u32::MAX),
-        };
         let prelude_const =
             |this: &mut Self, v: i64| this.emit_prelude(Op::Const(Constant::Int(v)), Type::I32);
-        let shift = prelude_const(self, (id_shift + field.shift) as i64);
+        let shift = prelude_const(self, shift as i64);
         let shifted = self.emit_prelude(Op::Int(IntOp::LShr, self.tid, shift), Type::I32);
-        let mask = prelude_const(self, ((id_mask >> field.shift) & field.mask()) as i64);
+        let mask = prelude_const(self, mask as i64);
         let reg = self.emit_prelude(Op::Int(IntOp::And, shifted, mask), Type::I32);
         self.fields.insert(field, reg);
         reg
+    }
+
+    /// From here on, the thread's fields ([`Self::field`]) come from `%tid.x` read again, each
+    /// where it is needed: after the loops, what their bodies do not need is not kept live
+    /// across them from the prelude (a top-level point, which dominates the rest).
+    pub(super) fn read_tid_again(&mut self) {
+        if self.tid_again.is_none() {
+            self.tid_again = Some(self.emit(Op::Special(Special::TidAgain), Type::I32));
+        }
     }
 
     /// The thread-dependent part of every position under `map`, per dimension (i32): register
@@ -675,6 +692,12 @@ impl Lowering<'_> {
                         self.converted
                             .push((conversion.value, conversion.to.clone(), regs));
                     }
+                    ConversionKind::ThroughBuffers { shared, offset } => {
+                        let (value, to) = (conversion.value, &conversion.to);
+                        let regs =
+                            self.convert_through_buffers(inst, value, to, shared, *offset)?;
+                        self.converted.push((value, to.clone(), regs));
+                    }
                     ConversionKind::Stage => self.stage(inst, conversion.value, &conversion.to)?,
                     // The `dot` reads its operands itself, one k step at a time.
                     ConversionKind::Ldmatrix { .. }
@@ -910,4 +933,16 @@ pub(super) fn memory_type(dtype: DType) -> Type {
         DType::I1 => Type::I8,
         other => register_type(other),
     }
+}
+
+/// The shift and mask that take `field` out of the thread index.
+fn field_shift_mask(field: IdField) -> (u32, u32) {
+    let (id_shift, id_mask) = match field.id {
+        Id::Lane => (0, THREADS_PER_WARP - 1),
+        Id::Warp => (THREADS_PER_WARP.trailing_zeros(), u32::MAX),
+    };
+    (
+        id_shift + field.shift,
+        (id_mask >> field.shift) & field.mask(),
+    )
 }

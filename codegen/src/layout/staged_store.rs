@@ -1,0 +1,89 @@
+//! Stores through the drained loops' buffers on the `mma.sync` path: which `store_block`s first
+//! move their tile into the coalescing layout through shared memory, so that it leaves the
+//! program in 16-byte vector stores.
+//!
+//! An mma accumulator's layout gives each thread pairs of adjacent elements: a 128 x 128 tile
+//! of 16-bit elements leaves in 64 4-byte stores a thread, each warp's a scatter of 16-byte
+//! pieces over 8 rows, and the memory pipe's queue is what a short program's last microseconds
+//! wait on (docs/PERF.md, 2026-11-26). Triton converts such a value to the coalescing blocked
+//! layout before its store, and FlashAttention-2 writes O so: each thread writes its pairs into
+//! a swizzled shared tile (conflict-free, as `ldmatrix`'s operands are), the block meets at a
+//! barrier, and each thread reads 16 contiguous bytes of a row back and stores them whole: 16
+//! stores a thread for that tile. On `wgmma` the TMA store does the same ([`super::tma_store`]).
+//!
+//! A store qualifies where every pipelined loop copies with `cp.async` and it stands in the
+//! kernel's top level after them: its tile goes where their buffers were, which they leave
+//! drained, and only where it fits there, so that it never grows shared memory; and where the
+//! coalescing layout's accesses are wider than those of the layout it is held in (the
+//! divisibility analysis proves both aligned). The conversion is a [`Conversion`] at the store
+//! ([`ConversionKind::ThroughBuffers`]): the layout text prints it.
+
+use kiln_dsl::ir::Kernel;
+
+use super::pipeline::{StoreAfterLoops, stores_after_loops};
+use super::swizzle::SwizzledShared;
+use super::{
+    ACCESS_BYTES, BlockedLayout, Conversion, ConversionKind, Layout, LayoutAssignment,
+    SharedLayout, ThreadMap,
+};
+
+/// Adds a conversion through the drained loops' buffers before each `store_block` that
+/// qualifies (module doc).
+pub(super) fn apply(kernel: &Kernel, assignment: &mut LayoutAssignment) {
+    let pipelines = &assignment.pipelines;
+    if pipelines.is_empty() || pipelines.values().any(|p| p.uses_tma()) {
+        return;
+    }
+    let stores = stores_after_loops(kernel, assignment, None, |assignment, store, offset| {
+        coalesced(kernel, assignment, store, offset)
+    });
+    for (index, conversion) in stores {
+        assignment
+            .conversions
+            .entry(index)
+            .or_default()
+            .push(conversion);
+    }
+}
+
+/// The conversion of `store`'s value into the coalescing layout through a tile `offset` bytes
+/// into the drained loops' buffers, where that layout's vector stores are wider.
+fn coalesced(
+    kernel: &Kernel,
+    assignment: &LayoutAssignment,
+    store: StoreAfterLoops<'_>,
+    offset: usize,
+) -> Option<Conversion> {
+    let elem_bytes = kernel.dtype(store.value).size_bytes();
+    let shape = <[usize; 2]>::try_from(kernel.ty(store.value).shape()).ok()?;
+    if !matches!(elem_bytes, 2 | 4) {
+        return None;
+    }
+    let held = assignment.layout(store.value)?.thread_map(&shape)?;
+    let read = BlockedLayout::coalesced(&shape, elem_bytes, assignment.num_warps);
+    let read_map = read.thread_map(&shape);
+    // The widest vector a map's runs give along any dimension, aligned.
+    let vector = |map: &ThreadMap| {
+        (0..2)
+            .map(|d| {
+                let run = map.run_along(d, ACCESS_BYTES / elem_bytes);
+                let boundary_check = store.boundary_check;
+                let divisibility = &assignment.divisibility;
+                divisibility.vector_elems(store.ptr, d, boundary_check, elem_bytes, run)
+            })
+            .max()
+            .unwrap_or(1)
+    };
+    if !read_map.is_exclusive() || vector(&read_map) <= vector(&held) {
+        return None;
+    }
+    let tile = SwizzledShared::for_mma_operand(elem_bytes, shape, [1, 0]);
+    Some(Conversion {
+        value: store.value,
+        to: Layout::Blocked(read),
+        kind: ConversionKind::ThroughBuffers {
+            shared: SharedLayout::from_swizzled(&tile),
+            offset,
+        },
+    })
+}
