@@ -160,6 +160,11 @@ impl LayoutAssignment {
             .map(|&(ptr, _)| ptr)
     }
 
+    /// Whether any `dot` is computed by one warpgroup ([`Self::one_warpgroup_dot`]).
+    pub fn has_one_warpgroup_dots(&self) -> bool {
+        !self.one_warpgroup_dots.is_empty()
+    }
+
     /// Whether `value` is the result of a `dot` one warpgroup computes.
     pub fn computed_by_one_warpgroup(&self, value: Value) -> bool {
         self.one_warpgroup_dots.values().any(|&(_, v)| v == value)
@@ -266,11 +271,12 @@ impl LayoutAssignment {
     pub fn stages_tiles(&self) -> bool {
         self.tma_stores.values().any(|s| !s.own_tile)
             || self.pipelines.values().any(|p| !p.uses_tma())
-            || self
-                .conversions
-                .values()
-                .flatten()
-                .any(|c| c.kind == ConversionKind::Stage)
+            || self.conversions.values().flatten().any(|c| {
+                matches!(
+                    c.kind,
+                    ConversionKind::Stage | ConversionKind::ThroughBuffers { .. }
+                )
+            })
     }
 
     /// Whether a TMA loop frees its buffers on `empty` barriers rather than with a `bar.sync`

@@ -1,6 +1,6 @@
-//! Stores through the drained loops' buffers on the `mma.sync` path: which `store_block`s first
-//! move their tile into the coalescing layout through shared memory, so that it leaves the
-//! program in 16-byte vector stores.
+//! Stores through the drained loops' buffers: which `store_block`s first move their tile into
+//! the coalescing layout through shared memory, so that it leaves the program in 16-byte vector
+//! stores.
 //!
 //! An mma accumulator's layout gives each thread pairs of adjacent elements: a 128 x 128 tile
 //! of 16-bit elements leaves in 64 4-byte stores a thread, each warp's a scatter of 16-byte
@@ -9,13 +9,18 @@
 //! layout before its store, and FlashAttention-2 writes O so: each thread writes its pairs into
 //! a swizzled shared tile (conflict-free, as `ldmatrix`'s operands are), the block meets at a
 //! barrier, and each thread reads 16 contiguous bytes of a row back and stores them whole: 16
-//! stores a thread for that tile. On `wgmma` the TMA store does the same ([`super::tma_store`]).
+//! stores a thread for that tile. On `wgmma` the TMA store does the same where it can
+//! ([`super::tma_store`]). The conversion's addresses derive from the thread index read again
+//! (`thread::lower`): from the prelude's, LLVM kept them live across the loops, and ptxas
+//! spilled in them (docs/PERF.md, twenty-eighth session).
 //!
-//! A store qualifies where every pipelined loop copies with `cp.async` and it stands in the
-//! kernel's top level after them: its tile goes where their buffers were, which they leave
-//! drained, and only where it fits there, so that it never grows shared memory; and where the
-//! coalescing layout's accesses are wider than those of the layout it is held in (the
-//! divisibility analysis proves both aligned). The conversion is a [`Conversion`] at the store
+//! A store qualifies where it stands in the kernel's top level after every pipelined loop, whose
+//! buffers it goes through: they are drained there (a `cp.async` loop waits for its last
+//! copies, TMA issues none past the end), and it takes them only where no TMA store took them
+//! and its tile fits, so that it never grows shared memory; and where the coalescing layout's
+//! accesses are wider than those of the layout it is held in (the divisibility analysis proves
+//! both aligned): on `mma.sync` every output tile, on `wgmma` those not described whole for TMA
+//! (dK and dV). The conversion is a [`Conversion`] at the store
 //! ([`ConversionKind::ThroughBuffers`]): the layout text prints it.
 
 use kiln_dsl::ir::Kernel;
@@ -30,8 +35,13 @@ use super::{
 /// Adds a conversion through the drained loops' buffers before each `store_block` that
 /// qualifies (module doc).
 pub(super) fn apply(kernel: &Kernel, assignment: &mut LayoutAssignment) {
-    let pipelines = &assignment.pipelines;
-    if pipelines.is_empty() || pipelines.values().any(|p| p.uses_tma()) {
+    // Where TMA stores took the drained buffers, they took every store they could.
+    let by_tma = assignment.tma_stores.values().any(|s| !s.own_tile);
+    // The fused dK/dV by turns (not shipped): compute-sanitizer's racecheck reports hazards
+    // between the conversion's writes and reads there where the query loop runs once (run 331,
+    // docs/PERF.md, twenty-eighth session), which the emulator does not find; until that is
+    // understood, its stores stay in registers.
+    if assignment.pipelines.is_empty() || by_tma || assignment.has_one_warpgroup_dots() {
         return;
     }
     let stores = stores_after_loops(kernel, assignment, None, |assignment, store, offset| {

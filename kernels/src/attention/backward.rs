@@ -611,8 +611,9 @@ pub fn attention_bwd_dkdv<
             delta_block = advance(delta_block, [BLOCK_M]);
         }
     }
-    // From registers: described whole (`head_rows_from`), dK and dV would go out by TMA, which
-    // made ptxas spill in the D64 loop, 10% slower (docs/PERF.md, 2026-11-26).
+    // Not described whole (`head_rows_from`): by TMA, dK and dV made ptxas spill in the D64 loop,
+    // 10% slower (docs/PERF.md, 2026-11-26). kiln-codegen moves them into the coalescing layout
+    // through the drained buffers instead, 16-byte stores (1.02-1.14x at 1k-4k, run 331).
     let dk_base = head_base::<T>(dk, batch, head_kv, dk_batch_stride, dk_head_stride);
     let dv_base = head_base::<T>(dv, batch, head_kv, dv_batch_stride, dv_head_stride);
     let dk_block = row_block::<T, HEAD_DIM, BLOCK_N>(dk_base, seqlen_k, dk_seq_stride, first_key);

@@ -40,6 +40,7 @@ use crate::layout::{
 use crate::{CodegenError, CompileOptions, Stage};
 use dot::SharedTile;
 use producer::Role;
+use turns::WARPGROUP_THREADS;
 
 type Result<T> = std::result::Result<T, CodegenError>;
 
@@ -417,9 +418,16 @@ impl Lowering<'_> {
     /// where it is needed: after the loops, what their bodies do not need is not kept live
     /// across them from the prelude (a top-level point, which dominates the rest).
     pub(super) fn read_tid_again(&mut self) {
-        if self.tid_again.is_none() {
-            self.tid_again = Some(self.emit(Op::Special(Special::TidAgain), Type::I32));
+        if self.tid_again.is_some() {
+            return;
         }
+        let mut tid = self.emit(Op::Special(Special::TidAgain), Type::I32);
+        // Consumers count their threads after the producer warpgroup's, as `tid` does.
+        if self.role == Role::Consumer {
+            let producers = self.i32_const(WARPGROUP_THREADS as i64);
+            tid = self.int(IntOp::Sub, tid, producers);
+        }
+        self.tid_again = Some(tid);
     }
 
     /// The thread-dependent part of every position under `map`, per dimension (i32): register

@@ -386,6 +386,7 @@ impl Lowering<'_> {
         self.tma_store_bytes = start.tma_store_bytes;
         self.ring = None;
         self.fields.clear();
+        self.tid_again = None;
         self.uniform_warpgroup = None;
         self.shared_tiles.clear();
         self.staged_by_threads.clear();
