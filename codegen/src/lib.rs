@@ -40,8 +40,8 @@
 //! and stores move up to 16 bytes per vector where [`layout::divisibility`] proves it aligned
 //! from what the launcher guarantees ([`CompileOptions::divisibility`]); a tile stored after the
 //! pipelined loops goes out through their drained buffers, by TMA on `wgmma`
-//! ([`layout::tma_store`]), else in the coalescing layout ([`layout::staged_store`]). The attention kernels
-//! (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
+//! ([`layout::tma_store`]), else in the coalescing layout ([`layout::staged_store`]). The
+//! attention kernels (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
 //! dimensions) is a [`CodegenError::Unsupported`] naming the op and its DSL source line.
 
 pub mod cache;

@@ -391,8 +391,8 @@ impl Lowering<'_> {
         }
     }
 
-    /// `(id >> shift) & mask`, computed once in the prelude; after [`Self::tid_again`], where
-    /// it is needed, from that read.
+    /// `(id >> shift) & mask`, computed once in the prelude; after [`Self::read_tid_again`],
+    /// where it is needed, from that read.
     pub(super) fn field(&mut self, field: IdField) -> Reg {
         let (shift, mask) = field_shift_mask(field);
         if let Some(tid) = self.tid_again {
