@@ -2851,6 +2851,35 @@ fn a_pipelined_gemm_loop_dumps_its_stages() {
     assert!(compiled.ptx().contains("st.global.b32"));
 }
 
+/// C goes through the drained buffers only where its tile fits there: 64 x 128 f16 (16 KiB)
+/// after K steps of 16 has 12 KiB of buffers at 2 stages and stays in registers, 18 KiB at 3
+/// and takes them; the emulator agrees with the interpreter either way (K loops of 0 to 13
+/// steps, ragged M and N).
+#[test]
+fn a_store_goes_through_the_buffers_only_where_it_fits() {
+    let spec = Spec::new()
+        .dtype("T", F16)
+        .dtype("B", F16)
+        .int("BLOCK_M", 64)
+        .int("BLOCK_N", 128)
+        .int("BLOCK_K", 16);
+    let kernel = kiln_kernels::general::gemm::gemm_bias_gelu::build(&spec).unwrap();
+    for (stages, through) in [(2, false), (3, true)] {
+        let case = cases::Case {
+            name: format!("gemm_f16_aligned_m64_n128_k16_s{stages}"),
+            kernel: kernel.clone(),
+            num_stages: stages,
+            ..case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80")
+        };
+        let compiled = compile_case(&case);
+        let layout = compiled.stage(Stage::Layout).unwrap();
+        let converted = layout.contains("where the loops' buffers were");
+        assert_eq!(converted, through, "{} stages:\n{layout}", stages);
+        assert_eq!(compiled.ptx().contains("st.global.b32"), !through);
+        assert_emulator_agrees(&case, &case.name);
+    }
+}
+
 /// The control flow, shared-memory traffic and tensor-core ops of a thread program, without
 /// the address arithmetic between them: what shows its pipelining in a few dozen lines.
 fn skeleton(thread: &str) -> String {
