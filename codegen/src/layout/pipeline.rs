@@ -379,8 +379,9 @@ pub(super) fn stores_after_loops<T>(
 }
 
 /// The most shared memory any pipelined loop's buffers take: the room that stores after the
-/// loops have where the buffers were (every top-level loop's start at the same place:
-/// `thread::lower`'s shared plan).
+/// loops have where the buffers were (every top-level loop's buffers start at the same place,
+/// a nested loop's above its outer one's: `thread::lower`'s shared plan, so that the largest
+/// single loop's is a safe bound).
 fn drained_room(kernel: &Kernel, assignment: &LayoutAssignment) -> usize {
     let buffers = |p: &PipelinedLoop| {
         let tiles: usize = p
