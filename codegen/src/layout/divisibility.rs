@@ -11,6 +11,7 @@ use kiln_dsl::ir::{BinaryOp, Constant, Inst, Kernel, Op, Region, Value};
 use kiln_dsl::types::{Elem, Type};
 
 use super::assign::nested_regions;
+use super::{ACCESS_BYTES, ThreadMap};
 use crate::{CodegenError, CompileOptions};
 
 /// Divisors are kept below this (a zero is divisible by anything).
@@ -269,6 +270,25 @@ impl Divisibility {
         {
             self.scalars[result.index()] = divisor;
         }
+    }
+
+    /// How many elements one vector access of block pointer `ptr` may move for a tile held as
+    /// `map` describes: a run of the map along a dimension, 16 bytes at most, that
+    /// [`Self::vector_elems`] proves aligned (the widest over the dimensions; 1: scalars).
+    pub fn widest_vector(
+        &self,
+        ptr: Value,
+        map: &ThreadMap,
+        boundary_check: &[usize],
+        elem_bytes: usize,
+    ) -> usize {
+        (0..map.rank())
+            .map(|d| {
+                let run = map.run_along(d, ACCESS_BYTES / elem_bytes);
+                self.vector_elems(ptr, d, boundary_check, elem_bytes, run)
+            })
+            .max()
+            .unwrap_or(1)
     }
 
     /// How many elements along dimension `dim` one vector access of block pointer `ptr` may

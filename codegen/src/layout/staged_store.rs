@@ -28,8 +28,7 @@ use kiln_dsl::ir::Kernel;
 use super::pipeline::{StoreAfterLoops, stores_after_loops};
 use super::swizzle::SwizzledShared;
 use super::{
-    ACCESS_BYTES, BlockedLayout, Conversion, ConversionKind, Layout, LayoutAssignment,
-    SharedLayout, ThreadMap,
+    BlockedLayout, Conversion, ConversionKind, Layout, LayoutAssignment, SharedLayout, ThreadMap,
 };
 
 /// Adds a conversion through the drained loops' buffers before each `store_block` that
@@ -74,17 +73,9 @@ fn coalesced(
     let held = assignment.layout(store.value)?.thread_map(&shape)?;
     let read = BlockedLayout::coalesced(&shape, elem_bytes, assignment.num_warps);
     let read_map = read.thread_map(&shape);
-    // The widest vector a map's runs give along any dimension, aligned.
     let vector = |map: &ThreadMap| {
-        (0..2)
-            .map(|d| {
-                let run = map.run_along(d, ACCESS_BYTES / elem_bytes);
-                let boundary_check = store.boundary_check;
-                let divisibility = &assignment.divisibility;
-                divisibility.vector_elems(store.ptr, d, boundary_check, elem_bytes, run)
-            })
-            .max()
-            .unwrap_or(1)
+        let divisibility = &assignment.divisibility;
+        divisibility.widest_vector(store.ptr, map, store.boundary_check, elem_bytes)
     };
     if !read_map.is_exclusive() || vector(&read_map) <= vector(&held) {
         return None;

@@ -14,9 +14,6 @@ use crate::layout::wgmma::WARPS_PER_WARPGROUP;
 use crate::layout::{Layout, MmaLayout, THREADS_PER_WARP, ThreadMap, TmaStore};
 use crate::thread::ir::{Cast, IntCmp, IntOp, Op, Reg, Space, Type};
 
-/// The most one thread moves in one vector access: `ld.global.v4.b32`.
-const VECTOR_BYTES: usize = 16;
-
 /// A block pointer's registers: base, then shape, strides and offsets per dimension (i64).
 pub(super) struct BlockRegs {
     pub base: Reg,
@@ -328,15 +325,8 @@ impl Lowering<'_> {
         if dtype == DType::I1 {
             return Ok((map, 1));
         }
-        let bytes = dtype.size_bytes();
-        let vector = (0..map.rank())
-            .map(|d| {
-                let run = map.run_along(d, VECTOR_BYTES / bytes);
-                let divisibility = &self.layouts.divisibility;
-                divisibility.vector_elems(ptr, d, boundary_check, bytes, run)
-            })
-            .max()
-            .unwrap_or(1);
+        let divisibility = &self.layouts.divisibility;
+        let vector = divisibility.widest_vector(ptr, &map, boundary_check, dtype.size_bytes());
         Ok((map, vector))
     }
 

@@ -40,7 +40,6 @@ use crate::layout::{
 use crate::{CodegenError, CompileOptions, Stage};
 use dot::SharedTile;
 use producer::Role;
-use turns::WARPGROUP_THREADS;
 
 type Result<T> = std::result::Result<T, CodegenError>;
 
@@ -422,10 +421,10 @@ impl Lowering<'_> {
             return;
         }
         let mut tid = self.emit(Op::Special(Special::TidAgain), Type::I32);
-        // Consumers count their threads after the producer warpgroup's, as `tid` does.
-        if self.role == Role::Consumer {
-            let producers = self.i32_const(WARPGROUP_THREADS as i64);
-            tid = self.int(IntOp::Sub, tid, producers);
+        let first = self.role.first_thread();
+        if first > 0 {
+            let first = self.i32_const(first as i64);
+            tid = self.int(IntOp::Sub, tid, first);
         }
         self.tid_again = Some(tid);
     }

@@ -45,6 +45,17 @@ pub(super) enum Role {
     Consumer,
 }
 
+impl Role {
+    /// The first of the block's threads this role's program counts from (its `tid` is the
+    /// thread's index less this): the consumers count after the producer warpgroup.
+    pub(super) fn first_thread(self) -> u32 {
+        match self {
+            Role::Consumer => WARPGROUP_THREADS,
+            Role::Whole | Role::Producer => 0,
+        }
+    }
+}
+
 /// The consumers' named barrier: the last of the 16 (turns and stores take the first).
 const CONSUMER_BARRIER: i64 = 15;
 
@@ -81,7 +92,7 @@ impl Lowering<'_> {
         self.restore(start);
         self.role = Role::Consumer;
         let producers = self.emit_prelude(
-            Op::Const(Constant::Int(WARPGROUP_THREADS as i64)),
+            Op::Const(Constant::Int(self.role.first_thread() as i64)),
             Type::I32,
         );
         self.tid = self.emit_prelude(Op::Int(IntOp::Sub, tid, producers), Type::I32);
