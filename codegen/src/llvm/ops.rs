@@ -919,7 +919,8 @@ impl<'ctx> Translation<'_, 'ctx> {
     }
 
     /// `%tid.x` (with its range, so that LLVM can fold what follows), `%ctaid.*`, `%nctaid.*`;
-    /// `%tid.x` again as an `asm` with side effects, which LLVM neither merges nor moves.
+    /// `%tid.x` again as an `asm` with side effects, which LLVM neither merges nor moves, with
+    /// the same range.
     fn special(&self, special: Special) -> Result<BasicValueEnum<'ctx>> {
         let axis = |a: u8| ["x", "y", "z"][a as usize % 3];
         let name = match special {
@@ -927,26 +928,33 @@ impl<'ctx> Translation<'_, 'ctx> {
                 let i32_type = self.context.i32_type().into();
                 let read =
                     self.asm("mov.u32 $0, %tid.x;", &["=r".to_string()], &[i32_type], &[])?;
-                return Ok(read[0]);
+                return self.with_thread_range(read[0]);
             }
             Special::Tid => "tid.x".to_string(),
             Special::Ctaid(a) => format!("ctaid.{}", axis(a)),
             Special::Nctaid(a) => format!("nctaid.{}", axis(a)),
         };
         let value = self.call_intrinsic(&format!("llvm.nvvm.read.ptx.sreg.{name}"), &[], &[])?;
-        if special == Special::Tid
-            && let Some(call) = value.into_int_value().as_instruction()
-        {
-            let i32_type = self.context.i32_type();
-            let range = self.context.metadata_node(&[
-                i32_type.const_int(0, false).into(),
-                i32_type
-                    .const_int(self.program.threads_per_block as u64, false)
-                    .into(),
-            ]);
-            call.set_metadata(range, self.context.get_kind_id("range"))
-                .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
+        match special {
+            Special::Tid => self.with_thread_range(value),
+            _ => Ok(value),
         }
+    }
+
+    /// `value`, a call that reads `%tid.x`, marked as in `[0, threads per block)`.
+    fn with_thread_range(&self, value: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        let Some(call) = value.into_int_value().as_instruction() else {
+            return Ok(value);
+        };
+        let i32_type = self.context.i32_type();
+        let range = self.context.metadata_node(&[
+            i32_type.const_int(0, false).into(),
+            i32_type
+                .const_int(self.program.threads_per_block as u64, false)
+                .into(),
+        ]);
+        call.set_metadata(range, self.context.get_kind_id("range"))
+            .map_err(|e| CodegenError::llvm(Stage::Llir, e))?;
         Ok(value)
     }
 

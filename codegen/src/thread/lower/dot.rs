@@ -462,7 +462,11 @@ impl Lowering<'_> {
             elem: memory_type(self.dtype(value)),
         };
         self.read_tid_again();
-        self.barrier();
+        // The loops ended at a barrier where their drain met (TMA's); anything staged since,
+        // or a loop's reads not met yet (`cp.async`'s), may still be read.
+        if self.pending.reads || self.pending.writes {
+            self.barrier();
+        }
         self.write_tile(&from, &regs, &tile, Addressing::Shared);
         self.pending.writes = true;
         self.barrier();
