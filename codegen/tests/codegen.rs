@@ -24,7 +24,7 @@ use kiln_codegen::{
 use kiln_dsl::prelude::*;
 use kiln_dsl::{Grid, HostBuffer, Kernel, KernelArg, Spec};
 use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, KernelConfig, KeyLength, plan, prebuilt,
+    AttentionKernel, AttentionParams, CodegenKnobs, KernelConfig, KeyLength, plan, prebuilt,
 };
 
 fn blessing() -> bool {
@@ -72,19 +72,30 @@ fn check_file(path: &Path, actual: &str) {
     check_text(actual, &expected);
 }
 
-/// The options a case is compiled with, for `target`: its warps, stages and divisibility.
+/// The options a case is compiled with, for `target`: its knobs and divisibility.
 fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
-    case.divisibility.iter().fold(
-        CompileOptions::new(target, case.num_warps)
-            .with_stages(case.num_stages)
-            .with_wgmma(case.wgmma)
-            .with_producer(case.producer)
-            .with_lean_producer(case.lean_producer)
-            .with_uniform_warpgroup(case.uniform_warpgroup)
-            .with_descriptors_at_issue(case.descriptors_at_issue)
-            .with_resident_a(case.resident_a)
-            .with_partial_sums(case.partial_sums),
-        |options, &(name, n)| options.with_divisibility(name, n),
+    knob_options(&case.knobs, target, case.divisibility.iter().copied())
+}
+
+/// kiln-codegen's options for `target` with `knobs`, assuming each `(argument, n)` of
+/// `divisibility` (kiln-kernels' `CodegenKnobs::options`, which its `codegen` feature builds
+/// against the kiln-codegen it links: this test crate is another build of kiln-codegen).
+fn knob_options<'a>(
+    knobs: &CodegenKnobs,
+    target: Target,
+    divisibility: impl IntoIterator<Item = (&'a str, u64)>,
+) -> CompileOptions {
+    divisibility.into_iter().fold(
+        CompileOptions::new(target, knobs.num_warps)
+            .with_stages(knobs.num_stages)
+            .with_wgmma(knobs.wgmma)
+            .with_producer(knobs.producer)
+            .with_lean_producer(knobs.lean_producer)
+            .with_uniform_warpgroup(knobs.uniform_warpgroup)
+            .with_descriptors_at_issue(knobs.descriptors_at_issue)
+            .with_resident_a(knobs.resident_a)
+            .with_partial_sums(knobs.partial_sums),
+        |options, (name, n)| options.with_divisibility(name, n),
     )
 }
 
@@ -451,7 +462,7 @@ fn the_emulator_agrees_with_the_interpreter_on_every_gpu_case() {
     let mut failures = Vec::new();
     for case in cases::cases()
         .iter()
-        .filter(|c| (c.target == Target::Sm80 || c.wgmma) && !is_attention(c))
+        .filter(|c| (c.target == Target::Sm80 || c.knobs.wgmma) && !is_attention(c))
     {
         for run in cases::runs(case) {
             let outcome = emulate_run(case, &run);
@@ -488,7 +499,13 @@ fn the_emulator_agrees_at_one_and_eight_warps() {
                 && !c.name.starts_with("sliding_window")
                 && (!is_attention(c) || matches!(head_dim(c), 64 | 128))
         }) {
-            let case = cases::Case { num_warps, ..case };
+            let case = cases::Case {
+                knobs: CodegenKnobs {
+                    num_warps,
+                    ..case.knobs
+                },
+                ..case
+            };
             assert_emulator_agrees(&case, &format!("{} at {num_warps} warps,", case.name));
         }
     }
@@ -585,18 +602,7 @@ fn attention_options(
     config: KernelConfig,
     target: Target,
 ) -> CompileOptions {
-    prebuilt::divisibility(kernel).into_iter().fold(
-        CompileOptions::new(target, config.num_warps)
-            .with_stages(config.num_stages)
-            .with_wgmma(config.wgmma)
-            .with_producer(config.producer)
-            .with_lean_producer(config.lean_producer)
-            .with_uniform_warpgroup(config.uniform_warpgroup)
-            .with_descriptors_at_issue(config.descriptors_at_issue)
-            .with_resident_a(config.resident_a)
-            .with_partial_sums(config.partial_sums),
-        |options, (arg, n)| options.with_divisibility(arg, n),
-    )
+    knob_options(&config.knobs(), target, prebuilt::divisibility(kernel))
 }
 
 /// Warpgroups take turns only in a loop body that stages no tile: the fused D128 dK/dV stages
@@ -710,30 +716,8 @@ fn four_warpgroups_taking_turns_agree_with_the_interpreter() {
 #[test]
 fn the_emulator_agrees_on_every_attention_kernel() {
     let cases: Vec<cases::Case> = cases::cases().into_iter().filter(is_attention).collect();
-    let alike = |a: &cases::Case, b: &cases::Case| {
-        (a.kernel.spec == b.kernel.spec)
-            && (
-                a.num_warps,
-                a.num_stages,
-                a.wgmma,
-                a.producer,
-                a.lean_producer,
-                a.uniform_warpgroup,
-                a.descriptors_at_issue,
-                a.resident_a,
-                a.partial_sums,
-            ) == (
-                b.num_warps,
-                b.num_stages,
-                b.wgmma,
-                b.producer,
-                b.lean_producer,
-                b.uniform_warpgroup,
-                b.descriptors_at_issue,
-                b.resident_a,
-                b.partial_sums,
-            )
-    };
+    let alike =
+        |a: &cases::Case, b: &cases::Case| a.kernel.spec == b.kernel.spec && a.knobs == b.knobs;
     for case in &cases {
         if case.target == Target::Sm80
             && cases
@@ -763,17 +747,9 @@ fn pipelined_loops_agree_with_the_interpreter_at_every_depth() {
             let case = cases::Case {
                 name: base.name.clone(),
                 kernel: base.kernel.clone(),
-                num_warps: base.num_warps,
-                num_stages,
+                knobs: CodegenKnobs::new(base.knobs.num_warps, num_stages),
                 divisibility: base.divisibility.clone(),
                 target: Target::Sm80,
-                wgmma: false,
-                producer: false,
-                uniform_warpgroup: false,
-                descriptors_at_issue: false,
-                lean_producer: false,
-                resident_a: false,
-                partial_sums: false,
                 tolerance: base.tolerance,
             };
             let program = match thread_program(&case.kernel, &case_options(&case, Target::Sm80)) {
@@ -1715,7 +1691,10 @@ fn the_emulator_finds_empty_barriers_misused() {
 fn a_producer_warpgroup_issues_the_forwards_copies() {
     use kiln_codegen::thread::{Block, Op, Program};
     let case = case("attention_fwd_bf16_d128_sm_90a");
-    assert!(case.producer, "the D128 forward has a producer warpgroup");
+    assert!(
+        case.knobs.producer,
+        "the D128 forward has a producer warpgroup"
+    );
     // 40 x 555: five key blocks, so that the ring of buffers goes round twice.
     let run = cases::runs(&case).swap_remove(2);
     let [x, y, z] = run.grid;
@@ -2865,11 +2844,15 @@ fn a_store_goes_through_the_buffers_only_where_it_fits() {
         .int("BLOCK_K", 16);
     let kernel = kiln_kernels::general::gemm::gemm_bias_gelu::build(&spec).unwrap();
     for (stages, through) in [(2, false), (3, true)] {
+        let base = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
         let case = cases::Case {
             name: format!("gemm_f16_aligned_m64_n128_k16_s{stages}"),
             kernel: kernel.clone(),
-            num_stages: stages,
-            ..case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80")
+            knobs: CodegenKnobs {
+                num_stages: stages,
+                ..base.knobs
+            },
+            ..base
         };
         let compiled = compile_case(&case);
         let layout = compiled.stage(Stage::Layout).unwrap();
@@ -2918,9 +2901,9 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
         for head_dim in kiln_kernels::attention::HEAD_DIMS {
             for target in Target::ALL {
                 let case = attention_case(name, F16, head_dim, false, target);
-                assert!(case.num_stages > 1, "{} is not pipelined", case.name);
+                assert!(case.knobs.num_stages > 1, "{} is not pipelined", case.name);
                 let ptx = compile_case(&case).ptx().to_string();
-                let copy = if case.wgmma {
+                let copy = if case.knobs.wgmma {
                     "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                 } else {
                     "cp.async.cg.shared.global"
@@ -2940,7 +2923,7 @@ fn shipped_attention_kernels_pipeline_and_vectorise() {
                 // On `wgmma` the forward's O and dQ go out by TMA; dK and dV do not.
                 let stores = ptx.contains("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group")
                     && ptx.contains("cp.async.bulk.wait_group.read 0");
-                let by_tma = case.wgmma && name != "attention_bwd_dkdv";
+                let by_tma = case.knobs.wgmma && name != "attention_bwd_dkdv";
                 assert_eq!(stores, by_tma, "{}: TMA stores", case.name);
                 // Elsewhere they go out through the drained buffers, 16 bytes a store.
                 if !by_tma {
@@ -2971,7 +2954,7 @@ fn dkdv_streams_its_row_statistics_with_its_tiles() {
                         && l.contains("row-major, read in registers")
                 })
             });
-            assert_eq!(streamed, [case.wgmma; 2], "{}:\n{layout}", case.name);
+            assert_eq!(streamed, [case.knobs.wgmma; 2], "{}:\n{layout}", case.name);
             let ptx = compiled.ptx().to_string();
             let stats_copies = ptx
                 .matches("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier")
@@ -2979,7 +2962,7 @@ fn dkdv_streams_its_row_statistics_with_its_tiles() {
             let global_f32 = ptx
                 .lines()
                 .any(|l| l.contains("ld.global") && l.contains(".f32"));
-            if case.wgmma {
+            if case.knobs.wgmma {
                 // Two per iteration and two in the prologue (the early one's or the loop's).
                 assert!(stats_copies >= 4, "{}: {stats_copies} copies", case.name);
                 assert!(ptx.contains("ld.shared.v2.f32"), "{}", case.name);
@@ -3923,7 +3906,10 @@ fn ptxas_assembles_every_kernel_within_its_spill_budget() {
     let mut jobs: Vec<Assembly<'_>> = cases
         .iter()
         .map(|case| Assembly {
-            name: format!("{}_w{}_s{}", case.name, case.num_warps, case.num_stages),
+            name: format!(
+                "{}_w{}_s{}",
+                case.name, case.knobs.num_warps, case.knobs.num_stages
+            ),
             kernel: &case.kernel,
             options: case_options(case, case.target),
             max_spilled: match (is_attention(case), head_dim(case)) {

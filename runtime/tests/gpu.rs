@@ -77,11 +77,8 @@ fn run_case(
             Arg::F32(v) => LaunchArg::F32(v),
         })
         .collect();
-    let config = LaunchConfig::new(
-        run.grid,
-        (case.num_warps + 4 * u32::from(case.producer)) * 32,
-    )
-    .with_dynamic_shared_bytes(*shared_bytes);
+    let config =
+        LaunchConfig::new(run.grid, case.knobs.threads()).with_dynamic_shared_bytes(*shared_bytes);
     // Safety: the PTX is this case's kernel, whose parameters `ParamType::of_kernel` lists, and
     // the interpreter just ran it on buffers of the same sizes without an out-of-bounds access.
     unsafe { device.launch(function, config, &launch_args) }.map_err(runtime)?;

@@ -287,6 +287,21 @@ pub struct CodegenKnobs {
 }
 
 impl CodegenKnobs {
+    /// `num_warps` warps and `num_stages` stages, every other knob off.
+    pub const fn new(num_warps: u32, num_stages: u32) -> CodegenKnobs {
+        CodegenKnobs {
+            num_warps,
+            num_stages,
+            wgmma: false,
+            producer: false,
+            lean_producer: false,
+            uniform_warpgroup: false,
+            descriptors_at_issue: false,
+            resident_a: false,
+            partial_sums: false,
+        }
+    }
+
     /// Threads a program launches with: a producer warpgroup's 4 warps beyond `num_warps`
     /// (saturating: `kiln <stage> --warps` takes any number, which kiln-codegen then refuses).
     pub const fn threads(&self) -> u32 {

@@ -16,7 +16,8 @@ use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
 use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, KernelConfig, Tensor, cpu, dkdv_dq_by_turns, plan, prebuilt,
+    AttentionKernel, AttentionParams, CodegenKnobs, KernelConfig, Tensor, cpu, dkdv_dq_by_turns,
+    plan, prebuilt,
 };
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
@@ -125,48 +126,15 @@ pub enum Tolerance {
 pub struct Case {
     pub name: String,
     pub kernel: Kernel,
-    pub num_warps: u32,
-    /// kiln-codegen's `num_stages`: shared buffers per pipelined load (1: no pipelining).
-    pub num_stages: u32,
+    /// kiln-codegen's warps, stages and Hopper knobs, as the table gives them to an attention
+    /// kernel: `num_stages` shared buffers per pipelined load (1: no pipelining), `wgmma`'s
+    /// `dot`s on Hopper's warpgroup tensor cores (sm_90a), a `producer` warpgroup of 4 more
+    /// warps issuing the copies, and the rest kiln-codegen's tests compile with.
+    pub knobs: CodegenKnobs,
     /// kiln-codegen's `divisibility`: `(argument, n)`, the argument is a multiple of `n` (a
     /// pointer's address in bytes, an integer's value) in every run, as the launcher checks.
     pub divisibility: Vec<(&'static str, u64)>,
     pub target: Target,
-    /// kiln-codegen's `wgmma`: `dot`s on Hopper's warpgroup tensor cores (sm_90a).
-    pub wgmma: bool,
-    /// kiln-codegen's `producer`: a producer warpgroup of 4 more warps issues the copies.
-    pub producer: bool,
-    /// kiln-codegen's `uniform_warpgroup`: `wgmma` descriptors' warpgroup index from lane 0.
-    #[allow(
-        dead_code,
-        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
-    )]
-    pub uniform_warpgroup: bool,
-    /// kiln-codegen's `descriptors_at_issue`: each `wgmma` statement adds its descriptors'
-    /// offsets.
-    #[allow(
-        dead_code,
-        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
-    )]
-    pub descriptors_at_issue: bool,
-    /// kiln-codegen's `lean_producer`: the producer keeps 24 registers, the consumers 240.
-    #[allow(
-        dead_code,
-        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
-    )]
-    pub lean_producer: bool,
-    /// kiln-codegen's `resident_a`: a `wgmma`'s loop-invariant A operand in registers.
-    #[allow(
-        dead_code,
-        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
-    )]
-    pub resident_a: bool,
-    /// kiln-codegen's `partial_sums`: sums that only accumulate kept as lanes' partial sums.
-    #[allow(
-        dead_code,
-        reason = "kiln-codegen's tests compile the cases with it; the GPU test loads their PTX"
-    )]
-    pub partial_sums: bool,
     pub tolerance: Tolerance,
 }
 
@@ -242,16 +210,8 @@ pub fn attention_config_case(
         divisibility: prebuilt::divisibility(which),
         tolerance: attention_tolerance(kernel.name(), dtype),
         kernel,
-        num_warps: config.num_warps,
-        num_stages: config.num_stages,
+        knobs: config.knobs(),
         target,
-        wgmma: config.wgmma,
-        producer: config.producer,
-        uniform_warpgroup: config.uniform_warpgroup,
-        descriptors_at_issue: config.descriptors_at_issue,
-        lean_producer: config.lean_producer,
-        resident_a: config.resident_a,
-        partial_sums: config.partial_sums,
     }
 }
 
@@ -276,17 +236,9 @@ pub fn cases() -> Vec<Case> {
             cases.push(Case {
                 name: format!("{name}_w4_{target}"),
                 kernel,
-                num_warps: 4,
-                num_stages: 1,
+                knobs: CodegenKnobs::new(4, 1),
                 divisibility: Vec::new(),
                 target,
-                wgmma: false,
-                producer: false,
-                uniform_warpgroup: false,
-                descriptors_at_issue: false,
-                lean_producer: false,
-                resident_a: false,
-                partial_sums: false,
                 tolerance,
             })
         };
@@ -399,17 +351,9 @@ pub fn cases() -> Vec<Case> {
                     blocks.m, blocks.n, blocks.k
                 ),
                 kernel,
-                num_warps: 4,
-                num_stages: 3,
+                knobs: CodegenKnobs::new(4, 3),
                 divisibility: GEMM_DIVISIBILITY.to_vec(),
                 target,
-                wgmma: false,
-                producer: false,
-                uniform_warpgroup: false,
-                descriptors_at_issue: false,
-                lean_producer: false,
-                resident_a: false,
-                partial_sums: false,
                 tolerance: reduced(dtype),
             });
         }
@@ -432,17 +376,12 @@ pub fn cases() -> Vec<Case> {
         cases.push(Case {
             name: format!("gemm_{dtype}_wgmma_m{m}_n{n}_k{k}_s{num_stages}_w{num_warps}_sm_90a"),
             kernel,
-            num_warps,
-            num_stages,
+            knobs: CodegenKnobs {
+                wgmma: true,
+                ..CodegenKnobs::new(num_warps, num_stages)
+            },
             divisibility: GEMM_DIVISIBILITY.to_vec(),
             target: Target::Sm90a,
-            wgmma: true,
-            producer: false,
-            uniform_warpgroup: false,
-            descriptors_at_issue: false,
-            lean_producer: false,
-            resident_a: false,
-            partial_sums: false,
             tolerance: reduced(dtype),
         });
     }
@@ -455,18 +394,13 @@ pub fn cases() -> Vec<Case> {
     cases.push(Case {
         name: "split_k_dot_bf16_wgmma_m64_n64_k32_w4_sm_90a".to_string(),
         kernel: split_k_dot::build(&spec).expect("split_k_dot builds"),
-        num_warps: 4,
-        num_stages: 1,
+        knobs: CodegenKnobs {
+            wgmma: true,
+            ..CodegenKnobs::new(4, 1)
+        },
         // `c` 16-byte aligned: its adds are `red.global.add.v2.f32`.
         divisibility: vec![("c", 16)],
         target: Target::Sm90a,
-        wgmma: true,
-        producer: false,
-        uniform_warpgroup: false,
-        descriptors_at_issue: false,
-        lean_producer: false,
-        resident_a: false,
-        partial_sums: false,
         tolerance: reduced(F32),
     });
     // Every attention specialisation kiln ships, by its shipped name (its PTX is kiln-kernels').
@@ -531,17 +465,9 @@ pub fn cases() -> Vec<Case> {
                         "sliding_window_{dtype}_d{head_dim}_m{block_m}_n{block_n}{cap}_w{num_warps}_{target}"
                     ),
                     kernel,
-                    num_warps,
-                    num_stages: 1,
+                    knobs: CodegenKnobs::new(num_warps, 1),
                     divisibility: Vec::new(),
                     target,
-                    wgmma: false,
-                    producer: false,
-                    uniform_warpgroup: false,
-                    descriptors_at_issue: false,
-                    lean_producer: false,
-                    resident_a: false,
-                    partial_sums: false,
                     tolerance: sliding_window_tolerance(dtype, softcap),
                 });
             }
@@ -670,10 +596,10 @@ fn dtype_of(case: &Case) -> DType {
 pub fn runs(case: &Case) -> Vec<Run> {
     let mut runs = unlabelled_runs(case);
     for run in &mut runs {
-        if case.num_stages > 1 {
-            run.label.push_str(&format!(" s{}", case.num_stages));
+        if case.knobs.num_stages > 1 {
+            run.label.push_str(&format!(" s{}", case.knobs.num_stages));
         }
-        if case.wgmma {
+        if case.knobs.wgmma {
             run.label.push_str(" wgmma");
         }
     }
