@@ -137,6 +137,16 @@ pub struct CompileOptions {
     /// twenty-sixth session), so a table entry chooses it (kiln-kernels' sm_90a forwards where
     /// it measured faster).
     pub partial_sums: bool,
+    /// Whether each loop body on `mma.sync` reads `%tid.x` again at its top and computes its
+    /// thread fields from that read, each where it is needed (`thread::lower`'s loops), rather
+    /// than from the prelude's: there LLVM hoisted the loop-invariant ones (every `ldmatrix`'s
+    /// and copy's shared-memory offsets) out of the loop, where ptxas, short of registers across
+    /// it, spilled them and reloaded them every iteration (the sm_80 D128 dK/dV 132-144 bytes,
+    /// 0-4 with it). It trades those reloads for address arithmetic in the loop: the sm_80 D128
+    /// dK/dV ran 1.05-1.08x with it, the D128 dQ without a mask 0.94-0.95x (run 339,
+    /// docs/PERF.md, twenty-ninth session), so a table entry chooses it. `wgmma` kernels read
+    /// their operands through descriptors and keep no such offsets: it changes nothing there.
+    pub loop_tid: bool,
 }
 
 impl Default for CompileOptions {
@@ -196,6 +206,7 @@ impl CompileOptions {
             lean_producer: false,
             resident_a: false,
             partial_sums: false,
+            loop_tid: false,
         }
     }
 
@@ -249,6 +260,12 @@ impl CompileOptions {
             partial_sums,
             ..self
         }
+    }
+
+    /// The same options with `%tid.x` read again in each `mma.sync` loop body (or not):
+    /// [`CompileOptions::loop_tid`].
+    pub fn with_loop_tid(self, loop_tid: bool) -> CompileOptions {
+        CompileOptions { loop_tid, ..self }
     }
 
     /// The same options with `num_stages` buffers per pipelined load.

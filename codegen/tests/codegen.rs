@@ -94,7 +94,8 @@ fn knob_options<'a>(
             .with_uniform_warpgroup(knobs.uniform_warpgroup)
             .with_descriptors_at_issue(knobs.descriptors_at_issue)
             .with_resident_a(knobs.resident_a)
-            .with_partial_sums(knobs.partial_sums),
+            .with_partial_sums(knobs.partial_sums)
+            .with_loop_tid(knobs.loop_tid),
         |options, (name, n)| options.with_divisibility(name, n),
     )
 }
@@ -2828,6 +2829,37 @@ fn a_pipelined_gemm_loop_dumps_its_stages() {
         "{layout}"
     );
     assert!(compiled.ptx().contains("st.global.b32"));
+}
+
+/// With `loop_tid` an `mma.sync` loop body reads `%tid.x` again at its top and computes its
+/// `ldmatrix` and copy offsets from that read: the pipelined GEMM's K loop has a read of its
+/// own beside C's conversion's after it, its offsets no longer kept across the loop (and the
+/// emulator still agrees with the interpreter); on `wgmma`, whose operands go through
+/// descriptors, the option changes nothing.
+#[test]
+fn loop_bodies_read_tid_again_with_loop_tid() {
+    let reads = |case: &cases::Case| {
+        let compiled = compile_case(case);
+        let thread = compiled.stage(Stage::Thread).unwrap().to_string();
+        (thread.matches("sreg tid.x again").count(), compiled.ptx().to_string())
+    };
+    let with_loop_tid = |case: cases::Case| cases::Case {
+        knobs: CodegenKnobs {
+            loop_tid: true,
+            ..case.knobs
+        },
+        ..case
+    };
+    let gemm = case("gemm_f16_aligned_m64_n64_k32_s3_w4_sm_80");
+    let (before, _) = reads(&gemm);
+    assert_eq!(before, 1, "C's conversion after the loop reads it");
+    let gemm = with_loop_tid(gemm);
+    let (after, ptx) = reads(&gemm);
+    assert_eq!(after, 2);
+    assert_eq!(ptx.matches("%tid.x").count(), 3, "{ptx}");
+    assert_emulator_agrees(&gemm, &gemm.name);
+    let name = "gemm_f16_wgmma_m64_n64_k32_s3_w4_sm_90a";
+    assert_eq!(reads(&case(name)).1, reads(&with_loop_tid(case(name))).1);
 }
 
 /// C goes through the drained buffers only where its tile fits there: 64 x 128 f16 (16 KiB)

@@ -19,7 +19,8 @@ use crate::bench::{self, HeadReference, Pass, Problem};
 use crate::reference::Rng;
 
 /// The configurations tried for `kernel` (of the fused backward, or not): blocks of 32 to 128 rows
-/// each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query rows); on
+/// each way, 4 or 8 warps, 2 and 3 pipeline stages (the forward keeps at least 64 query rows),
+/// each also with `%tid.x` read again in its loop bodies; on
 /// sm_90a each again on `wgmma` where every warp can take 16 rows of its own (of keys for the split
 /// dK/dV, which is key-major there), at 8 warps also with a producer warpgroup issuing the copies
 /// (keeping 40 registers or 24; the forward's also persistent), each two-warpgroup one with a
@@ -44,7 +45,8 @@ pub fn candidates(
             for num_warps in [4, 8] {
                 for &num_stages in stages {
                     let config = KernelConfig::new(block_m, block_n, num_warps, num_stages);
-                    all.push(config);
+                    // On `mma.sync`, each also with `%tid.x` read again in its loop bodies.
+                    all.extend([config, config.with_loop_tid()]);
                     // On Hopper's warpgroup tensor cores: every warp along the rows of each
                     // product, 16 or more each (dK/dV's products are along keys, and along
                     // queries too where it is query-major).

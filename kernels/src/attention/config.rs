@@ -10,7 +10,8 @@
 //! (kiln-codegen's `lean_producer`), `A in registers` where a `wgmma`'s loop-invariant A operand
 //! (the forward's Q) is loaded into registers once (kiln-codegen's `resident_a`), `partial sums`
 //! where a sum that only accumulates (the forward's row sum) keeps each lane's partial sum
-//! until it is read whole (kiln-codegen's `partial_sums`).
+//! until it is read whole (kiln-codegen's `partial_sums`), `tid in loops` where each `mma.sync`
+//! loop body reads `%tid.x` again for its thread-dependent offsets (kiln-codegen's `loop_tid`).
 //! BLOCK_M counts query rows and BLOCK_N key rows in every kernel: the forward and dQ hold
 //! BLOCK_M query rows per program and stream K/V in BLOCK_N-row tiles; dK/dV holds BLOCK_N key
 //! rows and streams Q/dO in BLOCK_M-row tiles; the fused backward's preprocessing and dQ
@@ -23,8 +24,8 @@
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (without a mask: partial sums) | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
 //! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
-//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2), partial sums | 128 x 64, 4, 2 | 128 x 64, 4, 2 |
-//! | sm_80 | 128 | 128 x 64, 4, 2 | 128 x 32, 4, 2 | 64 x 64, 4, 2 |
+//! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2), partial sums, tid in loops | 128 x 64, 4, 2, tid in loops | 128 x 64, 4, 2 |
+//! | sm_80 | 128 | 128 x 64, 4, 2 (without a mask: tid in loops) | 128 x 32, 4, 2 (causal: tid in loops) | 64 x 64, 4, 2, tid in loops |
 //! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
@@ -128,6 +129,10 @@ pub struct KernelConfig {
     /// keeps each lane's partial sum, its shuffles taken once where it is read whole
     /// (docs/PERF.md, twenty-sixth session).
     pub partial_sums: bool,
+    /// kiln-codegen's `loop_tid`: each `mma.sync` loop body reads `%tid.x` again and computes
+    /// its thread fields there, not keeping them across the loop, where ptxas spilled them
+    /// (docs/PERF.md, twenty-ninth session).
+    pub loop_tid: bool,
     /// The fused dK/dV's dQ by turns: key-major with a query tile of one warpgroup's 64 rows
     /// and two warpgroups, each tile's `dQ = dS K` computed whole by one of them, the two
     /// taking turns ([`super::dkdv_dq_by_turns`]).
@@ -154,6 +159,7 @@ impl KernelConfig {
             lean_producer: false,
             resident_a: false,
             partial_sums: false,
+            loop_tid: false,
             dq_by_turns: false,
         }
     }
@@ -214,6 +220,14 @@ impl KernelConfig {
         }
     }
 
+    /// The same configuration, its `mma.sync` loop bodies reading `%tid.x` again.
+    pub const fn with_loop_tid(self) -> KernelConfig {
+        KernelConfig {
+            loop_tid: true,
+            ..self
+        }
+    }
+
     /// The same configuration, the fused dK/dV's dQ by turns.
     pub const fn with_dq_by_turns(self) -> KernelConfig {
         KernelConfig {
@@ -234,6 +248,7 @@ impl KernelConfig {
             descriptors_at_issue: self.descriptors_at_issue,
             resident_a: self.resident_a,
             partial_sums: self.partial_sums,
+            loop_tid: self.loop_tid,
         }
     }
 
@@ -284,6 +299,7 @@ pub struct CodegenKnobs {
     pub descriptors_at_issue: bool,
     pub resident_a: bool,
     pub partial_sums: bool,
+    pub loop_tid: bool,
 }
 
 impl CodegenKnobs {
@@ -299,6 +315,7 @@ impl CodegenKnobs {
             descriptors_at_issue: false,
             resident_a: false,
             partial_sums: false,
+            loop_tid: false,
         }
     }
 
@@ -326,14 +343,15 @@ impl CodegenKnobs {
                 .with_uniform_warpgroup(self.uniform_warpgroup)
                 .with_descriptors_at_issue(self.descriptors_at_issue)
                 .with_resident_a(self.resident_a)
-                .with_partial_sums(self.partial_sums),
+                .with_partial_sums(self.partial_sums)
+                .with_loop_tid(self.loop_tid),
             |options, (name, n)| options.with_divisibility(name, n),
         )
     }
 }
 
 /// `4 warps, 2 stages, wgmma, producer, lean producer, uniform warpgroup, descriptors at issue,
-/// A in registers, partial sums`.
+/// A in registers, partial sums, tid in loops`.
 impl std::fmt::Display for CodegenKnobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let plural = |n: u32| if n == 1 { "" } else { "s" };
@@ -353,6 +371,7 @@ impl std::fmt::Display for CodegenKnobs {
             (self.descriptors_at_issue, "descriptors at issue"),
             (self.resident_a, "A in registers"),
             (self.partial_sums, "partial sums"),
+            (self.loop_tid, "tid in loops"),
         ];
         for (_, name) in knobs.into_iter().filter(|(on, _)| *on) {
             write!(f, ", {name}")?;
@@ -361,9 +380,9 @@ impl std::fmt::Display for CodegenKnobs {
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums]`,
+/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid]`,
 /// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`,
-/// `128x64:4:2:partial-sums`.
+/// `128x64:4:2:partial-sums`, `64x64:4:2:loop-tid`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
@@ -371,23 +390,23 @@ impl std::str::FromStr for KernelConfig {
         let refuse = || {
             format!(
                 "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
-                 [:uniform][:at-issue][:resident-a][:turns]][:partial-sums], got `{text}`"
+                 [:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid], \
+                 got `{text}`"
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();
-        // On any configuration, after everything else.
-        let partial_sums = parts.len() > 3 && parts.last() == Some(&"partial-sums");
-        if partial_sums {
-            parts.pop();
-        }
-        // The `wgmma` options last, in this order.
-        let mut flag = |name: &str| {
-            let found = parts.len() > 4 && parts.last() == Some(&name);
+        // Last, in this order: the options of any configuration (after its three numbers), then
+        // the `wgmma` ones (after `wgmma`).
+        let mut trailing = |name: &str, after: usize| {
+            let found = parts.len() > after && parts.last() == Some(&name);
             if found {
                 parts.pop();
             }
             found
         };
+        let loop_tid = trailing("loop-tid", 3);
+        let partial_sums = trailing("partial-sums", 3);
+        let mut flag = |name: &str| trailing(name, 4);
         let turns = flag("turns");
         let resident_a = flag("resident-a");
         let at_issue = flag("at-issue");
@@ -412,7 +431,7 @@ impl std::str::FromStr for KernelConfig {
             number(stages)? as u32,
         );
         type With = fn(KernelConfig) -> KernelConfig;
-        let knobs: [(bool, With); 9] = [
+        let knobs: [(bool, With); 10] = [
             (wgmma, KernelConfig::on_wgmma),
             (producer, KernelConfig::with_producer),
             (persistent, KernelConfig::persistent),
@@ -422,6 +441,7 @@ impl std::str::FromStr for KernelConfig {
             (resident_a, KernelConfig::with_resident_a),
             (turns, KernelConfig::with_dq_by_turns),
             (partial_sums, KernelConfig::with_partial_sums),
+            (loop_tid, KernelConfig::with_loop_tid),
         ];
         Ok(knobs.into_iter().fold(
             config,
@@ -627,13 +647,32 @@ pub fn config(
         // seqlen 4096; docs/PERF.md, 2026-11-26, seventh session), where Stage 1's bars are
         // measured: 1.04-1.30x the untuned shapes before. Not measured on Ampere.
         // The forward's row sum kept as lanes' partial sums: 1.030-1.045x at 2k-4k, causal or not
-        // (run 327, twenty-seventh session; D128's 0.996-1.004x, left without).
+        // (run 327, twenty-seventh session; D128's 0.996-1.004x, left without). `%tid.x` read
+        // again in each loop body where it measured faster (run 339, twenty-ninth session;
+        // `kernel_times.py`, H200, control 0.99-1.006x): the D64 forward 1.007-1.014x (causal
+        // at 16k 1.001x), the D64 dQ 1.004-1.037x, the D128 forward without a mask 1.024-1.032x
+        // (causal 0.974-1.007x: without), the D128 dQ causal 1.008-1.017x (without a mask
+        // 0.943-0.953x: without), the D128 dK/dV 1.053-1.077x; the D64 dK/dV without (0.970x at
+        // 16k without a mask, causal 0.980-1.034x).
         (Target::Sm80, 64) => [
-            c(128, 128, 4, if causal { 2 } else { 3 }).with_partial_sums(),
-            c(128, 64, 4, 2),
+            c(128, 128, 4, if causal { 2 } else { 3 })
+                .with_partial_sums()
+                .with_loop_tid(),
+            c(128, 64, 4, 2).with_loop_tid(),
             c(128, 64, 4, 2),
         ],
-        (Target::Sm80, 128) => [c(128, 64, 4, 2), c(128, 32, 4, 2), c(64, 64, 4, 2)],
+        (Target::Sm80, 128) => {
+            let (forward, dq) = (c(128, 64, 4, 2), c(128, 32, 4, 2));
+            [
+                if causal {
+                    forward
+                } else {
+                    forward.with_loop_tid()
+                },
+                if causal { dq.with_loop_tid() } else { dq },
+                c(64, 64, 4, 2).with_loop_tid(),
+            ]
+        }
         // Not tuned yet: FlashAttention-2's sm_80 shapes, which fit without spills, halved at
         // head dim 256.
         (Target::Sm80, 32) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
@@ -786,6 +825,11 @@ mod tests {
                     .with_partial_sums(),
                 "128 x 128, 8 warps, 2 stages, wgmma, producer, partial sums, persistent",
             ),
+            (
+                "128x128:4:3:partial-sums:loop-tid",
+                c(128, 128, 4, 3).with_partial_sums().with_loop_tid(),
+                "128 x 128, 4 warps, 3 stages, partial sums, tid in loops",
+            ),
         ] {
             let parsed: KernelConfig = text.parse().unwrap();
             assert_eq!(parsed, config, "{text}");
@@ -809,6 +853,7 @@ mod tests {
                 "128x64:4:2:partial-sums",
                 c(128, 64, 4, 2).with_partial_sums(),
             ),
+            ("64x64:4:2:loop-tid", c(64, 64, 4, 2).with_loop_tid()),
         ] {
             assert_eq!(text.parse(), Ok(config));
         }
@@ -816,6 +861,8 @@ mod tests {
             "64x128:8:2:turns",
             "128x64:4:partial-sums",
             "128x64:4:2:partial-sums:wgmma",
+            "128x64:4:2:loop-tid:partial-sums",
+            "128x64:4:loop-tid",
             "64x128:8:2:wgmma:turns:uniform",
             "128x64:4",
             "128:4:2",

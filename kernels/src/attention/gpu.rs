@@ -42,7 +42,7 @@ impl Candidate {
     fn module_name(&self) -> String {
         let c = &self.config;
         format!(
-            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}{}{}{}{}",
+            "{}_m{}_n{}_w{}_s{}{}{}{}{}{}{}{}{}{}{}",
             self.name,
             c.block_m,
             c.block_n.unwrap_or(0),
@@ -60,6 +60,7 @@ impl Candidate {
             },
             if c.resident_a { "_resident_a" } else { "" },
             if c.partial_sums { "_partial_sums" } else { "" },
+            if c.loop_tid { "_loop_tid" } else { "" },
             if c.dq_by_turns { "_turns" } else { "" }
         )
     }

@@ -446,6 +446,19 @@ pub fn cases() -> Vec<Case> {
         KernelConfig::with_partial_sums,
         "partial_sums",
     ));
+    // The bf16 sm_80 kernels at head dims 64 and 128 that stream keys, with `%tid.x` read again
+    // in their loop bodies (kiln-codegen's `loop_tid`) where the table reads it once (the D128
+    // causal forward, the D128 dQ without a mask, the D64 dK/dV).
+    cases.extend(shipped_with(
+        |s| {
+            s.target == Target::Sm80
+                && s.kernel.reads_keys()
+                && !s.config.loop_tid
+                && bf16_at(s, &[64, 128])
+        },
+        KernelConfig::with_loop_tid,
+        "loop_tid",
+    ));
     for target in Target::ALL {
         for dtype in [F16, BF16] {
             for (head_dim, block_m, block_n, softcap) in sliding_window_specs() {

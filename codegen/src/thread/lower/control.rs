@@ -189,13 +189,24 @@ impl Lowering<'_> {
         let turns_body = (owned == 1).then_some(self.blocks.len() + 1);
         let outer_body = std::mem::replace(&mut self.owner_turns_body, turns_body);
         let outer_turns = std::mem::take(&mut self.owner_turns_open);
+        // With `loop_tid`, on `mma.sync`, the body derives its thread fields from `%tid.x`
+        // read again at its top ([`crate::CompileOptions::loop_tid`]); after the loop, the
+        // fields come from where they did before it.
+        let outer_tid = self.tid_again;
+        let reads_tid = self.loop_tid && !self.layouts.uses_wgmma();
         let body = self.nested_block(
             body,
-            |this| match &pipeline {
-                Some(pipeline) => {
-                    this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state)
+            |this| {
+                if reads_tid {
+                    this.tid_again = None;
+                    this.read_tid_again();
                 }
-                None => Ok(Vec::new()),
+                match &pipeline {
+                    Some(pipeline) => {
+                        this.pipeline_top(inst, pipeline, &body.params, &params, iv, &state)
+                    }
+                    None => Ok(Vec::new()),
+                }
             },
             |this, top| {
                 if takes_turns {
@@ -212,6 +223,7 @@ impl Lowering<'_> {
             },
         );
         self.loop_counter = outer_counter;
+        self.tid_again = outer_tid;
         self.staging_ring = outer_ring;
         self.owner_turns_body = outer_body;
         let (body_block, _) = body?;

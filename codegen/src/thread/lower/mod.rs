@@ -95,6 +95,7 @@ fn lower_in(
         hoisted: Vec::new(),
         fields: HashMap::new(),
         tid_again: None,
+        loop_tid: options.loop_tid,
         uniform_warpgroup: None,
         uniform_descriptors: options.uniform_warpgroup,
         descriptors_at_issue: options.descriptors_at_issue,
@@ -237,9 +238,11 @@ pub(super) struct Lowering<'a> {
     hoisted: Vec<(Value, Layout, Vec<Reg>)>,
     /// Lane and warp fields computed in the prelude.
     fields: HashMap<IdField, Reg>,
-    /// `%tid.x` read again after the loops ([`Lowering::read_tid_again`]), the fields' source
-    /// from there on.
+    /// `%tid.x` read again after the loops or at a loop body's top ([`Lowering::read_tid_again`]),
+    /// the fields' source from there on.
     tid_again: Option<Reg>,
+    /// [`crate::CompileOptions::loop_tid`]: each `mma.sync` loop body reads `%tid.x` again.
+    loop_tid: bool,
     /// [`Lowering::uniform_warpgroup`], once computed in the prelude.
     uniform_warpgroup: Option<Reg>,
     /// [`crate::CompileOptions::uniform_warpgroup`].

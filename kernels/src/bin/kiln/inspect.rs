@@ -214,6 +214,7 @@ fn parse(show: Show, args: &[String]) -> Result<Request, String> {
         descriptors_at_issue: wgmma && table.is_some_and(|c| c.descriptors_at_issue),
         resident_a: wgmma && table.is_some_and(|c| c.resident_a),
         partial_sums: table.is_some_and(|c| c.partial_sums),
+        loop_tid: table.is_some_and(|c| c.loop_tid),
     };
     let divisibility = flags.divisibility.unwrap_or_else(|| {
         let assumed = attention.map(prebuilt::divisibility).unwrap_or_default();
