@@ -2841,7 +2841,10 @@ fn loop_bodies_read_tid_again_with_loop_tid() {
     let reads = |case: &cases::Case| {
         let compiled = compile_case(case);
         let thread = compiled.stage(Stage::Thread).unwrap().to_string();
-        (thread.matches("sreg tid.x again").count(), compiled.ptx().to_string())
+        (
+            thread.matches("sreg tid.x again").count(),
+            compiled.ptx().to_string(),
+        )
     };
     let with_loop_tid = |case: cases::Case| cases::Case {
         knobs: CodegenKnobs {

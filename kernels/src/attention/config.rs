@@ -23,10 +23,10 @@
 //! | sm_90a | 64 | 128 x 128, 8, 2, wgmma, producer, persistent (without a mask: partial sums, long: 256 x 64, 16, 2, wgmma, A in registers; causal, long: partial sums) | 128 x 64, 8, 2, wgmma (causal: 64 x 64, 4) | 128 x 64, 4, 2, wgmma |
 //! | sm_90a | 128 | 128 x 128, 8, 2, wgmma, producer, persistent, uniform (without a mask: partial sums) | 128 x 128, 8, 2, wgmma, producer (causal: without) | 64 x 64, 4, 2, wgmma |
 //! | sm_90a | 256 | 128 x 64, 8, 2, wgmma, producer | 64 x 64, 4, 2, wgmma | 64 x 64, 8, 2 |
-//! | sm_80 | 32 | 128 x 64, 4, 2 | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
+//! | sm_80 | 32 | 128 x 64, 4, 2, tid in loops | 64 x 64, 4, 2 | 64 x 64, 8, 2 |
 //! | sm_80 | 64 | 128 x 128, 4, 3 (causal: 2), partial sums, tid in loops | 128 x 64, 4, 2, tid in loops | 128 x 64, 4, 2 |
 //! | sm_80 | 128 | 128 x 64, 4, 2 (without a mask: tid in loops) | 128 x 32, 4, 2 (causal: tid in loops) | 64 x 64, 4, 2, tid in loops |
-//! | sm_80 | 256 | 64 x 32, 4, 2 | 32 x 32, 4, 2 | 32 x 32, 8, 2 |
+//! | sm_80 | 256 | 64 x 32, 4, 2, tid in loops | 32 x 32, 4, 2, tid in loops | 32 x 32, 8, 2 |
 //!
 //! Short and long are the sequence lengths of [`KeyLength`]: up to 512 keys a program and from
 //! 4096 (causal, half the keys), where another forward configuration than the entry's may
@@ -674,9 +674,20 @@ pub fn config(
             ]
         }
         // Not tuned yet: FlashAttention-2's sm_80 shapes, which fit without spills, halved at
-        // head dim 256.
-        (Target::Sm80, 32) => [c(128, 64, 4, 2), c(64, 64, 4, 2), c(64, 64, 8, 2)],
-        (Target::Sm80, 256) => [c(64, 32, 4, 2), c(32, 32, 4, 2), c(32, 32, 8, 2)],
+        // head dim 256. `%tid.x` read again in each loop body where it measured faster (run 341,
+        // twenty-ninth session; control 0.992-1.001x): the D32 forward 1.034-1.058x without a
+        // mask (causal 1.000-1.006x), the D256 forward 1.010-1.017x, the D256 dQ 1.006-1.031x;
+        // not the D32 dQ (0.984-1.003x) nor either dK/dV (D32 0.909-0.955x, D256 0.973-0.999x).
+        (Target::Sm80, 32) => [
+            c(128, 64, 4, 2).with_loop_tid(),
+            c(64, 64, 4, 2),
+            c(64, 64, 8, 2),
+        ],
+        (Target::Sm80, 256) => [
+            c(64, 32, 4, 2).with_loop_tid(),
+            c(32, 32, 4, 2).with_loop_tid(),
+            c(32, 32, 8, 2),
+        ],
         _ => return None,
     };
     // Where other blocks measured faster for long sequences (`kiln tune --seqlen`, sustained
