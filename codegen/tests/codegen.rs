@@ -3877,13 +3877,14 @@ fn registers(report: &str) -> u32 {
 /// only records it otherwise: head dim 256).
 /// The most an attention kernel at head dim 128 or less may spill: its stack frame, spill stores
 /// and spill loads together, as [`spill_and_stack_bytes`] counts them. The tuned table's worst
-/// is dK/dV at head dim 128, causal, 4 warps: about 220 bytes of each.
-const TUNED_SPILL_BYTES: u64 = 1024;
+/// is the sm_80 D64 dK/dV, causal (without `loop_tid`, which measured slower there): 352 bytes
+/// (ptxas 13.0.88; the D128 one spilled 432 before `loop_tid`, docs/PERF.md, twenty-ninth
+/// session).
+const TUNED_SPILL_BYTES: u64 = 512;
 
-/// The same for the fused backward's dK/dV, which holds a dQ tile beside dK and dV: its tuned
-/// winners at head dims 64 and 128, causal, spill up to about 1.4 KB and still measured fastest
-/// (docs/PERF.md, 2026-11-25).
-const FUSED_SPILL_BYTES: u64 = 1536;
+/// The same for the fused backward's dK/dV, which holds a dQ tile beside dK and dV: the sm_80
+/// D64 one, the split entry's, 556 bytes; on sm_90a tens (docs/PERF.md, twenty-ninth session).
+const FUSED_SPILL_BYTES: u64 = 768;
 
 struct Assembly<'k> {
     name: String,
