@@ -78,8 +78,9 @@ fn case_options(case: &cases::Case, target: Target) -> CompileOptions {
 }
 
 /// kiln-codegen's options for `target` with `knobs`, assuming each `(argument, n)` of
-/// `divisibility` (kiln-kernels' `CodegenKnobs::options`, which its `codegen` feature builds
-/// against the kiln-codegen it links: this test crate is another build of kiln-codegen).
+/// `divisibility`: kiln-kernels' `CodegenKnobs::options`, which its `codegen` feature builds;
+/// taking that feature here would build kiln-kernels with it for every test binary of the
+/// workspace (features unify), each then a static link of LLVM.
 fn knob_options<'a>(
     knobs: &CodegenKnobs,
     target: Target,
