@@ -39,7 +39,7 @@ const USAGE: &str = "usage:
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
                   [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...]
                   [--backward split|fused] [--samples N]
-                  [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums],...]
+                  [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid],...]
                   (these instead of the search)
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
                         [--wgmma yes|no] [--divisibility ARG=N,...]

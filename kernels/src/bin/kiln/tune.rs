@@ -15,7 +15,7 @@ use crate::bench::{numbers, parse_dtype};
 pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
                 [--backward split|fused] [--samples N]
-                [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums],...]";
+                [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid],...]";
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
