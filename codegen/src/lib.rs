@@ -144,8 +144,9 @@ pub struct CompileOptions {
     /// it, spilled them and reloaded them every iteration (the sm_80 D128 dK/dV 132-144 bytes,
     /// 0-4 with it). It trades those reloads for address arithmetic in the loop: the sm_80 D128
     /// dK/dV ran 1.05-1.08x with it, the D128 dQ without a mask 0.94-0.95x (run 339,
-    /// docs/PERF.md, twenty-ninth session), so a table entry chooses it. `wgmma` kernels read
-    /// their operands through descriptors and keep no such offsets: it changes nothing there.
+    /// docs/PERF.md, twenty-ninth session), so a table entry chooses it. Loops on `wgmma` read
+    /// their operands through descriptors and keep it off: there it took the fused D128 dK/dV's
+    /// spills from 20 bytes to 0 and ran 0.987-1.013x, the D128 dQ 0.93-1.00x (run 345).
     pub loop_tid: bool,
 }
 
