@@ -380,18 +380,26 @@ impl std::fmt::Display for CodegenKnobs {
     }
 }
 
-/// `BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid]`,
-/// as `kiln tune --configs` takes it: `128x64:4:2:wgmma`, `128x128:8:2:wgmma:producer:uniform`,
-/// `128x64:4:2:partial-sums`, `64x64:4:2:loop-tid`.
+/// The text form of a [`KernelConfig`] that `kiln tune --configs` takes, as a literal for
+/// `concat!` (the refusal below and the CLI's usage say it alike).
+#[macro_export]
+macro_rules! kernel_config_grammar {
+    () => {
+        "BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue]\
+         [:resident-a][:turns]][:partial-sums][:loop-tid]"
+    };
+}
+
+/// [`kernel_config_grammar!`], as `kiln tune --configs` takes it: `128x64:4:2:wgmma`,
+/// `128x128:8:2:wgmma:producer:uniform`, `128x64:4:2:partial-sums`, `64x64:4:2:loop-tid`.
 impl std::str::FromStr for KernelConfig {
     type Err = String;
 
     fn from_str(text: &str) -> Result<KernelConfig, String> {
         let refuse = || {
             format!(
-                "expected BLOCK_MxBLOCK_N:WARPS:STAGES[:wgmma[:producer[:persistent][:lean]]\
-                 [:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid], \
-                 got `{text}`"
+                concat!("expected ", kernel_config_grammar!(), ", got `{}`"),
+                text
             )
         };
         let mut parts: Vec<&str> = text.trim().split(':').collect();

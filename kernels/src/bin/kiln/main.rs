@@ -26,7 +26,8 @@ use std::process::ExitCode;
 use kiln_kernels::attention::{AttentionKernel, prebuilt};
 use kiln_kernels::registry::{self, KernelEntry};
 
-const USAGE: &str = "usage:
+const USAGE: &str = concat!(
+    "usage:
   kiln demo       kiln's main job: attention forward + backward on the CPU interpreter,
                   checked against f64, and the forward's PTX with its .loc lines; with a GPU,
                   the prebuilt kernels at the benchmark setup, checked, in TFLOP/s
@@ -39,7 +40,9 @@ const USAGE: &str = "usage:
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
                   [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...]
                   [--backward split|fused] [--samples N]
-                  [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid],...]
+                  [--configs ",
+    kiln_kernels::kernel_config_grammar!(),
+    ",...]
                   (these instead of the search)
   kiln <stage> <kernel> [--spec K=V,...] [--arch sm_80|sm_90a] [--warps N] [--stages N]
                         [--wgmma yes|no] [--divisibility ARG=N,...]
@@ -59,7 +62,8 @@ const USAGE: &str = "usage:
   Other kernels: 4 warps, 1 stage, nothing assumed of the arguments.
   layout, thread, llvm and llvm-opt, and the PTX of a specialisation kiln does not ship,
   need kiln built with `--features codegen` (LLVM 19). ptxas is $KILN_PTXAS or on PATH;
-  cuobjdump or nvdisasm on PATH or beside ptxas.";
+  cuobjdump or nvdisasm on PATH or beside ptxas."
+);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

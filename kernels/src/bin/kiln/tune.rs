@@ -12,10 +12,14 @@ use kiln_runtime::Device;
 
 use crate::bench::{numbers, parse_dtype};
 
-pub const USAGE: &str = "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
+pub const USAGE: &str = concat!(
+    "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
                 [--backward split|fused] [--samples N]
-                [--configs 128x64:4:2[:wgmma[:producer[:persistent][:lean]][:uniform][:at-issue][:resident-a][:turns]][:partial-sums][:loop-tid],...]";
+                [--configs ",
+    kiln_kernels::kernel_config_grammar!(),
+    ",...]"
+);
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
