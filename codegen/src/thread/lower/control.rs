@@ -198,7 +198,6 @@ impl Lowering<'_> {
             body,
             |this| {
                 if reads_tid {
-                    this.tid_again = None;
                     this.read_tid_again();
                 }
                 match &pipeline {

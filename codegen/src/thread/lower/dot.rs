@@ -461,7 +461,10 @@ impl Lowering<'_> {
             layout: shared.swizzled([rows, cols]),
             elem: memory_type(self.dtype(value)),
         };
-        self.read_tid_again();
+        // A store converted before this one after the loops read it already (dK before dV).
+        if self.tid_again.is_none() {
+            self.read_tid_again();
+        }
         // The loops ended at a barrier where their drain met (TMA's); anything staged since,
         // or a loop's reads not met yet (`cp.async`'s), may still be read.
         if self.pending.reads || self.pending.writes {

@@ -417,12 +417,10 @@ impl Lowering<'_> {
     }
 
     /// From here on, the thread's fields ([`Self::field`]) come from `%tid.x` read again, each
-    /// where it is needed: after the loops, what their bodies do not need is not kept live
-    /// across them from the prelude (a top-level point, which dominates the rest).
+    /// where it is needed, not kept live from the prelude: after the loops (a top-level point,
+    /// which dominates the rest), or in a loop body (whose lowering restores the fields' source
+    /// after the loop).
     pub(super) fn read_tid_again(&mut self) {
-        if self.tid_again.is_some() {
-            return;
-        }
         let mut tid = self.emit(Op::Special(Special::TidAgain), Type::I32);
         let first = self.role.first_thread();
         if first > 0 {
