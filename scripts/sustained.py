@@ -1,13 +1,13 @@
-"""Sustained forward times under the GPU's power cap, with the SM clock and the power drawn, for
-several builds of kiln's prebuilt kernels and cuDNN's, on the GPU machine:
+"""Sustained forward or backward times under the GPU's power cap, with the SM clock and the power
+drawn, for several builds of kiln's prebuilt kernels and cuDNN's, on the GPU machine:
 
     python3 scripts/sustained.py --libs a/libkiln_kernels.so,b/libkiln_kernels.so \
         --bench ../shared/bench --shapes 64:4096:0,128:1024:1 [--seconds 3] [--rounds 2] \
-        [--dtype bf16|fp16]
+        [--dtype bf16|fp16] [--pass fwd|bwd] [--flags 1]
 
 Each (library, shape) runs back to back for `--seconds`, nvidia-smi sampled every 50 ms; the
 first second's samples are dropped, so the clock is the one the power cap settles at. An H200
-runs every attention forward at its cap (~690 W): a kernel that spends more energy a FLOP runs
+runs every attention pass at its cap (~690 W): a kernel that spends more energy a FLOP runs
 at a lower clock, which a short burst of calls (`kernel_times.py`) does not show (docs/PERF.md,
 fourteenth session). Shapes are D:seqlen:causal at compare.py's batch and heads; correctness is
 compare.py's and the GPU tests' business.
@@ -77,6 +77,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--pass", dest="which", default="fwd", choices=["fwd", "bwd"],
+                    help="bwd: the backward alone, from one forward's O and lse")
+    ap.add_argument("--flags", type=int, default=0, help="kiln_attn_config flags (1: fused backward)")
     a = ap.parse_args()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
     sys.path.insert(0, os.path.abspath(a.bench))
@@ -89,20 +92,34 @@ def main():
             D, N, causal = (int(x) for x in shape.split(":"))
             causal = bool(causal)
             B, H = 16384 // N, 2048 // D
-            q, k, v = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(3))
+            q, k, v, do = (torch.randn(B, N, H, D, device="cuda", dtype=dtype) for _ in range(4))
             o = torch.empty_like(q)
             lse = torch.empty(B, H, N, device="cuda", dtype=torch.float32)
-            qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+            qt, kt, vt = (t.transpose(1, 2).contiguous().requires_grad_(a.which == "bwd") for t in (q, k, v))
+            dot = do.transpose(1, 2).contiguous()
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                ot = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
 
             def cudnn():
                 with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-                    F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    if a.which == "fwd":
+                        F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                    else:
+                        torch.autograd.grad(ot, (qt, kt, vt), dot, retain_graph=True)
 
             for _ in range(a.rounds):
                 for path, lib in libs:
-                    call = kc.forward_call(lib, q, k, v, o, lse, causal=causal)
-                    sustained(f"{path} {a.dtype} D{D} N{N} causal {int(causal)}", call, a.seconds, sampler)
-                sustained(f"cudnn {a.dtype} D{D} N{N} causal {int(causal)}", cudnn, a.seconds, sampler)
+                    if a.which == "fwd":
+                        call = kc.forward_call(lib, q, k, v, o, lse, causal=causal, flags=a.flags)
+                    else:
+                        kc.forward(lib, q, k, v, o, lse, causal=causal)
+                        call = kc.backward_call(lib, q, k, v, o, lse, do, dq, dk, dv, causal=causal,
+                                                flags=a.flags)
+                    name = f"{path} {a.which} {a.dtype} D{D} N{N} causal {int(causal)}"
+                    sustained(name, call, a.seconds, sampler)
+                sustained(f"cudnn {a.which} {a.dtype} D{D} N{N} causal {int(causal)}", cudnn, a.seconds,
+                          sampler)
     finally:
         sampler.close()
 
