@@ -51,8 +51,9 @@ cargo clippy -p kiln-runtime --all-targets --release --features gpu -- -D warnin
 cargo clippy -p kiln-kernels --all-targets --release --features codegen -- -D warnings
 cargo clippy -p kiln --all-targets --release --features jit -- -D warnings
 cargo test --release --workspace
-# The API documentation: every intra-doc link resolves.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
+# The documentation, private items too (the compiler's stages are read from it): every intra-doc
+# link resolves.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --document-private-items --quiet
 
 # The C interface from C, without a GPU: the header compiles as C99, the static library links with
 # libc alone, bad input is refused with the field named.

@@ -10,7 +10,7 @@
 //! - [`DotOperandLayout`]: an A or B operand of that instruction;
 //! - [`SharedLayout`]: a swizzled tile in shared memory.
 //!
-//! [`assign`] gives every value one of them: a `dot`'s result, accumulator and all that is tied
+//! [`assign()`] gives every value one of them: a `dot`'s result, accumulator and all that is tied
 //! to them the mma layout, their row statistics its slices, other tiles the coalescing blocked
 //! layout; operands of a `dot` are staged into swizzled shared memory after their definition
 //! and read as dot operands with `ldmatrix` (a `trans` of a staged tile is a view of it), except
