@@ -4,6 +4,8 @@
 //! `kiln bench` and the GPU path of `kiln demo` run it; `../shared/bench/compare.py` measures the
 //! same kernels through the C interface beside PyTorch.
 
+use std::time::{Duration, Instant};
+
 use kiln_dsl::{DType, HostBuffer};
 use kiln_runtime::{Device, DeviceBuffer};
 
@@ -15,6 +17,27 @@ use crate::reference::{self, Rng};
 
 /// Calls of a pass timed back to back between two events, as compare.py's `bench_ms` does.
 pub const CALLS_PER_SAMPLE: usize = 10;
+
+/// How a pass is timed: `samples` samples of [`CALLS_PER_SAMPLE`] calls each, after `warm` of
+/// calls back to back. A GPU that runs attention for longer than a burst settles at its power
+/// cap, and there a kernel that spends less energy a FLOP runs at a higher clock, which a burst
+/// does not show (docs/PERF.md, fourteenth and thirtieth sessions): `warm` of a few seconds
+/// times every candidate at the clock the cap gives it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub samples: usize,
+    pub warm: Duration,
+}
+
+impl Sampling {
+    /// `samples` samples after the warm-up calls alone (compare.py's method).
+    pub fn burst(samples: usize) -> Sampling {
+        Sampling {
+            samples,
+            warm: Duration::ZERO,
+        }
+    }
+}
 
 /// The FlashAttention papers' setup: 16k tokens per batch and a hidden size of 2048, so
 /// `batch = 16384 / seqlen` and `heads = 2048 / head_dim`.
@@ -198,26 +221,34 @@ impl Problem {
         )
     }
 
-    /// The median GPU milliseconds of a call of `pass` over `samples` samples, each the mean of
-    /// [`CALLS_PER_SAMPLE`] calls back to back between events, after as many warm-up calls:
-    /// compare.py's method. Timed one call at a time, kernels that run the GPU harder look faster
-    /// than they are in a sustained run (`kiln tune` put a D64 forward 8% ahead that an
-    /// interleaved compare.py-style run put 2% behind, docs/PERF.md, 2026-11-26).
+    /// The median GPU milliseconds of a call of `pass` over `sampling.samples` samples, each the
+    /// mean of [`CALLS_PER_SAMPLE`] calls back to back between events, after as many warm-up
+    /// calls and, for `sampling.warm`, more: compare.py's method, and at the power cap. Timed one
+    /// call at a time, kernels that run the GPU harder look faster than they are in a sustained
+    /// run (`kiln tune` put a D64 forward 8% ahead that an interleaved compare.py-style run put
+    /// 2% behind, docs/PERF.md, 2026-11-26).
     pub fn median_ms(
         &mut self,
         device: &Device,
-        samples: usize,
+        sampling: Sampling,
         pass: Pass,
     ) -> Result<f64, AttentionError> {
         let run = |problem: &mut Problem| match pass {
             Pass::Forward => problem.forward(device),
             Pass::Backward => problem.backward(device),
         };
-        for _ in 0..CALLS_PER_SAMPLE {
-            run(self)?;
+        let start = Instant::now();
+        loop {
+            for _ in 0..CALLS_PER_SAMPLE {
+                run(self)?;
+            }
+            if start.elapsed() >= sampling.warm {
+                break;
+            }
+            device.synchronize()?;
         }
-        let mut times = Vec::with_capacity(samples);
-        for _ in 0..samples.max(1) {
+        let mut times = Vec::with_capacity(sampling.samples);
+        for _ in 0..sampling.samples.max(1) {
             let start = device.record_event()?;
             for _ in 0..CALLS_PER_SAMPLE {
                 run(self)?;
@@ -230,9 +261,9 @@ impl Problem {
     }
 
     /// Times each pass: [`Self::median_ms`] of the forward, then of the backward.
-    pub fn time(&mut self, device: &Device, samples: usize) -> Result<Timing, AttentionError> {
-        let forward_ms = self.median_ms(device, samples, Pass::Forward)?;
-        let backward_ms = self.median_ms(device, samples, Pass::Backward)?;
+    pub fn time(&mut self, device: &Device, sampling: Sampling) -> Result<Timing, AttentionError> {
+        let forward_ms = self.median_ms(device, sampling, Pass::Forward)?;
+        let backward_ms = self.median_ms(device, sampling, Pass::Backward)?;
         let flops = forward_flops(&self.params);
         Ok(Timing {
             forward_ms,
@@ -388,11 +419,12 @@ pub struct Row {
 /// ```no_run
 /// use kiln_kernels::attention::DType;
 /// use kiln_kernels::attention::gpu::Device;
-/// use kiln_kernels::bench;
+/// use kiln_kernels::bench::{self, Sampling};
 /// use kiln_kernels::reference::Rng;
 ///
 /// let device = Device::current_or_default()?;
-/// let rows = bench::measure(&device, DType::BF16, &[128], &[4096], 20, true, &mut Rng::new(7))?;
+/// let sampling = Sampling::burst(20);
+/// let rows = bench::measure(&device, DType::BF16, &[128], &[4096], sampling, true, &mut Rng::new(7))?;
 /// print!("{}", bench::table(&rows));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -401,7 +433,7 @@ pub fn measure(
     dtype: DType,
     head_dims: &[usize],
     seqlens: &[usize],
-    samples: usize,
+    sampling: Sampling,
     check: bool,
     rng: &mut Rng,
 ) -> Result<Vec<Row>, AttentionError> {
@@ -421,7 +453,7 @@ pub fn measure(
                     Some(problem) => problem,
                     None => Problem::random(device, p, rng)?,
                 };
-                let timing = problem.time(device, samples)?;
+                let timing = problem.time(device, sampling)?;
                 let failures = if check {
                     let report = problem.check_head(device, 0, 0)?;
                     Some(report.failures(Tolerance::for_dtype(dtype)))

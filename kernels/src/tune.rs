@@ -15,7 +15,7 @@ use crate::attention::{
     AttentionError, AttentionKernel, AttentionParams, KernelConfig, KeyLength, dkdv_dq_by_turns,
     dkdv_key_major,
 };
-use crate::bench::{self, HeadReference, Pass, Problem};
+use crate::bench::{self, HeadReference, Pass, Problem, Sampling};
 use crate::reference::Rng;
 
 /// The configurations tried for `kernel` (of the fused backward, or not): blocks of 32 to 128 rows
@@ -156,7 +156,7 @@ pub struct Setup {
     /// Whether the backward's kernels are tuned as the fused backward runs them (dK/dV adding
     /// dQ with atomics) or as the split one does.
     pub fused_backward: bool,
-    pub samples: usize,
+    pub sampling: Sampling,
     /// The configurations to try beside the table's, instead of [`candidates`].
     pub configs: Option<Vec<KernelConfig>>,
 }
@@ -281,7 +281,7 @@ fn trial(
             (Pass::Backward, 2.5)
         }
     };
-    let ms = time.median_ms(device, setup.samples, pass)?;
+    let ms = time.median_ms(device, setup.sampling, pass)?;
     let tflops = flops * bench::forward_flops(&time.params) / ms / 1e9;
     Ok(Outcome::Timed { ms, tflops })
 }

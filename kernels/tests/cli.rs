@@ -395,6 +395,13 @@ fn bench_refuses_bad_flags_with_what_it_takes() {
     );
     let err = fails(&["bench", "--fast"]);
     assert!(err.contains("unknown flag `--fast`"), "{err}");
+    for bad in ["-1", "soon", "NaN", "1e400"] {
+        let err = fails(&["bench", "--warm", bad]);
+        assert!(
+            err.contains(&format!("--warm expects seconds, zero or more, got `{bad}`")),
+            "{err}"
+        );
+    }
 }
 
 #[test]
@@ -410,6 +417,11 @@ fn tune_refuses_bad_flags_naming_the_value() {
     assert!(err.contains("`attention_bwd_dq_convert`"), "{err}");
     let err = fails(&["tune", "--backward", "atomic"]);
     assert!(err.contains("split or fused, got `atomic`"), "{err}");
+    let err = fails(&["tune", "--warm", "-0.5"]);
+    assert!(
+        err.contains("--warm expects seconds, zero or more, got `-0.5`"),
+        "{err}"
+    );
     let err = fails(&[
         "tune",
         "--backward",

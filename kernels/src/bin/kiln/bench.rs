@@ -2,13 +2,15 @@
 //! benchmark setup (`kiln_kernels::bench`), as a Markdown table of TFLOP/s; `--check` also
 //! compares one head of each shape with the f64 reference.
 
+use std::time::Duration;
+
 use kiln_dsl::DType;
-use kiln_kernels::bench::{self, CALLS_PER_SAMPLE};
+use kiln_kernels::bench::{self, CALLS_PER_SAMPLE, Sampling};
 use kiln_kernels::reference::Rng;
 use kiln_runtime::Device;
 
 pub const USAGE: &str = "kiln bench [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...,16384]
-                 [--samples N] [--check]";
+                 [--samples N] [--warm SECONDS] [--check]";
 
 /// The dtype `--dtype` names.
 pub fn parse_dtype(text: &str) -> Result<DType, String> {
@@ -31,11 +33,36 @@ pub fn numbers(flag: &str, text: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
+/// A duration in seconds, zero or more (`--warm`).
+pub fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{flag} expects seconds, zero or more, got `{text}`"))
+}
+
+/// The words that say how a pass is timed, for the tools' headers.
+pub fn describe(sampling: Sampling) -> String {
+    let warm = if sampling.warm.is_zero() {
+        String::new()
+    } else {
+        format!(
+            " after {:.1} s of calls back to back",
+            sampling.warm.as_secs_f64()
+        )
+    };
+    format!(
+        "median of {} samples of {CALLS_PER_SAMPLE} launches back to back{warm}",
+        sampling.samples
+    )
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
     let mut head_dims = vec![64, 128];
     let mut seqlens = vec![1024, 2048, 4096, 8192, 16384];
-    let mut samples = 20;
+    let mut sampling = Sampling::burst(20);
     let mut check = false;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -47,24 +74,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--dtype" => dtype = parse_dtype(value()?)?,
             "--head-dims" => head_dims = numbers(flag, value()?)?,
             "--seqs" => seqlens = numbers(flag, value()?)?,
-            "--samples" => samples = numbers(flag, value()?)?[0],
+            "--samples" => sampling.samples = numbers(flag, value()?)?[0],
+            "--warm" => sampling.warm = seconds(flag, value()?)?,
             "--check" => check = true,
             other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
         }
     }
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     eprintln!(
-        "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, median of \
-         {samples} samples of {CALLS_PER_SAMPLE} launches back to back; TFLOP/s with the \
-         FlashAttention convention",
-        device.name().unwrap_or_default()
+        "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, {}; \
+         TFLOP/s with the FlashAttention convention",
+        device.name().unwrap_or_default(),
+        describe(sampling)
     );
     let rows = bench::measure(
         &device,
         dtype,
         &head_dims,
         &seqlens,
-        samples,
+        sampling,
         check,
         &mut Rng::new(Rng::fresh_seed()),
     )

@@ -165,7 +165,7 @@ fn on_gpu() -> Result<(), String> {
         DType::BF16,
         &[64, 128],
         &[2048],
-        10,
+        bench::Sampling::burst(10),
         true,
         &mut Rng::new(Rng::fresh_seed()),
     )

@@ -34,12 +34,13 @@ const USAGE: &str = concat!(
   kiln list       the kernels, their specialisation parameters and default specs, and the
                   attention specialisations kiln ships
   kiln bench      the prebuilt attention kernels on this GPU at the FlashAttention setup:
-                  [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...] [--samples N] [--check]
+                  [--dtype bf16|f16] [--head-dims 64,128] [--seqs 1024,...] [--samples N]
+                  [--warm SECONDS] [--check]
   kiln tune       searches block sizes, warps and stages of the attention kernels on this GPU,
                   each candidate compiled from the DSL (needs --features codegen), checked
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
                   [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...]
-                  [--backward split|fused] [--samples N]
+                  [--backward split|fused] [--samples N] [--warm SECONDS]
                   [--configs ",
     kiln_kernels::kernel_config_grammar!(),
     ",...]

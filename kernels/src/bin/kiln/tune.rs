@@ -5,17 +5,17 @@
 
 use kiln_dsl::DType;
 use kiln_kernels::attention::AttentionKernel;
-use kiln_kernels::bench::CALLS_PER_SAMPLE;
+use kiln_kernels::bench::Sampling;
 use kiln_kernels::reference::Rng;
 use kiln_kernels::tune::{self, Outcome, Setup};
 use kiln_runtime::Device;
 
-use crate::bench::{numbers, parse_dtype};
+use crate::bench::{describe, numbers, parse_dtype, seconds};
 
 pub const USAGE: &str = concat!(
     "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
-                [--backward split|fused] [--samples N]
+                [--backward split|fused] [--samples N] [--warm SECONDS]
                 [--configs ",
     kiln_kernels::kernel_config_grammar!(),
     ",...]"
@@ -28,7 +28,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut seqlen = 4096;
     let mut kernels = None;
     let mut fused_backward = false;
-    let mut samples = 10;
+    let mut sampling = Sampling::burst(10);
     let mut configs = None;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -73,7 +73,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     }
                 }
             }
-            "--samples" => samples = numbers(flag, value()?)?[0],
+            "--samples" => sampling.samples = numbers(flag, value()?)?[0],
+            "--warm" => sampling.warm = seconds(flag, value()?)?,
             "--configs" => {
                 configs = Some(
                     value()?
@@ -105,9 +106,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
     eprintln!(
         "kiln tune on {} ({target}): {dtype}, {backward} backward, timed at seqlen {seqlen} \
-         (batch = 16384 / seqlen, heads = 2048 / head dim), median of {samples} samples of \
-         {CALLS_PER_SAMPLE} launches back to back; each candidate checked against f64 first",
-        device.name().unwrap_or_default()
+         (batch = 16384 / seqlen, heads = 2048 / head dim), {}; each candidate checked \
+         against f64 first",
+        device.name().unwrap_or_default(),
+        describe(sampling)
     );
     let mut rng = Rng::new(Rng::fresh_seed());
     let mut winners = Vec::new();
@@ -120,7 +122,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 seqlen,
                 kernels: kernels.clone(),
                 fused_backward,
-                samples,
+                sampling,
                 configs: configs.clone(),
             };
             let trials = tune::tune(
