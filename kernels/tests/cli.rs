@@ -398,7 +398,9 @@ fn bench_refuses_bad_flags_with_what_it_takes() {
     for bad in ["-1", "soon", "NaN", "1e400"] {
         let err = fails(&["bench", "--warm", bad]);
         assert!(
-            err.contains(&format!("--warm expects seconds, zero or more, got `{bad}`")),
+            err.contains(&format!(
+                "--warm expects seconds, zero or more, got `{bad}`"
+            )),
             "{err}"
         );
     }

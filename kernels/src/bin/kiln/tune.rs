@@ -3,6 +3,8 @@
 //! against f64, timed at the benchmark setup; prints every trial and the winners, which belong in
 //! `kernels/src/attention/config.rs` for this GPU's target.
 
+use std::time::Duration;
+
 use kiln_dsl::DType;
 use kiln_kernels::attention::AttentionKernel;
 use kiln_kernels::bench::Sampling;
@@ -28,7 +30,12 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut seqlen = 4096;
     let mut kernels = None;
     let mut fused_backward = false;
-    let mut sampling = Sampling::burst(10);
+    // A second of calls before each candidate's samples: timed from a cold start, the first
+    // candidate (the table's) read 11% slower than in an interleaved run (docs/PERF.md, run 349).
+    let mut sampling = Sampling {
+        samples: 10,
+        warm: Duration::from_secs(1),
+    };
     let mut configs = None;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
