@@ -39,6 +39,26 @@ impl Sampling {
     }
 }
 
+/// `median of 10 samples of 10 launches back to back after 1.0 s of calls back to back`, for the
+/// tools' headers.
+impl std::fmt::Display for Sampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "median of {} samples of {CALLS_PER_SAMPLE} launches back to back",
+            self.samples
+        )?;
+        if !self.warm.is_zero() {
+            write!(
+                f,
+                " after {:.1} s of calls back to back",
+                self.warm.as_secs_f64()
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// The FlashAttention papers' setup: 16k tokens per batch and a hidden size of 2048, so
 /// `batch = 16384 / seqlen` and `heads = 2048 / head_dim`.
 pub fn standard(dtype: DType, head_dim: usize, causal: bool, seqlen: usize) -> AttentionParams {
@@ -500,4 +520,25 @@ pub fn table(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_says_how_a_pass_is_timed() {
+        assert_eq!(
+            Sampling::burst(20).to_string(),
+            "median of 20 samples of 10 launches back to back"
+        );
+        let warm = Sampling {
+            samples: 10,
+            warm: Duration::from_millis(1500),
+        };
+        assert_eq!(
+            warm.to_string(),
+            "median of 10 samples of 10 launches back to back after 1.5 s of calls back to back"
+        );
+    }
 }

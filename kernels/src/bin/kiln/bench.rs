@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use kiln_dsl::DType;
-use kiln_kernels::bench::{self, CALLS_PER_SAMPLE, Sampling};
+use kiln_kernels::bench::{self, Sampling};
 use kiln_kernels::reference::Rng;
 use kiln_runtime::Device;
 
@@ -42,22 +42,6 @@ pub fn seconds(flag: &str, text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{flag} expects seconds, zero or more, got `{text}`"))
 }
 
-/// The words that say how a pass is timed, for the tools' headers.
-pub fn describe(sampling: Sampling) -> String {
-    let warm = if sampling.warm.is_zero() {
-        String::new()
-    } else {
-        format!(
-            " after {:.1} s of calls back to back",
-            sampling.warm.as_secs_f64()
-        )
-    };
-    format!(
-        "median of {} samples of {CALLS_PER_SAMPLE} launches back to back{warm}",
-        sampling.samples
-    )
-}
-
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut dtype = DType::BF16;
     let mut head_dims = vec![64, 128];
@@ -82,10 +66,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     eprintln!(
-        "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, {}; \
+        "kiln bench on {}: {dtype}, batch = 16384 / seqlen, heads = 2048 / head dim, {sampling}; \
          TFLOP/s with the FlashAttention convention",
-        device.name().unwrap_or_default(),
-        describe(sampling)
+        device.name().unwrap_or_default()
     );
     let rows = bench::measure(
         &device,

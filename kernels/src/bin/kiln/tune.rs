@@ -12,7 +12,7 @@ use kiln_kernels::reference::Rng;
 use kiln_kernels::tune::{self, Outcome, Setup};
 use kiln_runtime::Device;
 
-use crate::bench::{describe, numbers, parse_dtype, seconds};
+use crate::bench::{numbers, parse_dtype, seconds};
 
 pub const USAGE: &str = concat!(
     "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
@@ -113,10 +113,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
     eprintln!(
         "kiln tune on {} ({target}): {dtype}, {backward} backward, timed at seqlen {seqlen} \
-         (batch = 16384 / seqlen, heads = 2048 / head dim), {}; each candidate checked \
-         against f64 first",
-        device.name().unwrap_or_default(),
-        describe(sampling)
+         (batch = 16384 / seqlen, heads = 2048 / head dim), {sampling}; each candidate \
+         checked against f64 first",
+        device.name().unwrap_or_default()
     );
     let mut rng = Rng::new(Rng::fresh_seed());
     let mut winners = Vec::new();
