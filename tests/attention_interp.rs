@@ -28,8 +28,8 @@ fn attention_matches_the_f64_reference() {
     for (i, c) in cases.iter().enumerate() {
         // Both targets' block sizes, alternately (they differ for dK/dV at head dim 128).
         let target = Target::ALL[i % Target::ALL.len()];
-        let report = run_on_interpreter(&c.params, target, c.layout, c.draw, &mut rng)
-            .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        let report =
+            run_on_interpreter(c, target, &mut rng).unwrap_or_else(|e| panic!("{c:?}: {e}"));
         let w = worst
             .entry((c.params.dtype.name(), c.draw.conditioned()))
             .or_default();

@@ -33,7 +33,9 @@ fn forward_causal_f16_d64() {
     let spec = spec(Some((128, 64)), true)
         .flag("OVERLAP_SOFTMAX", false)
         .flag("LAST_BLOCK_APART", false)
-        .flag("PERSISTENT", false);
+        .flag("PERSISTENT", false)
+        .dtype("OUT", DType::F16)
+        .flag("SPLIT", false);
     golden(
         "attention_fwd",
         forward::attention_fwd::build(&spec).unwrap(),
@@ -47,7 +49,9 @@ fn forward_overlapped_causal_f16_d64() {
     let spec = spec(Some((128, 64)), true)
         .flag("OVERLAP_SOFTMAX", true)
         .flag("LAST_BLOCK_APART", true)
-        .flag("PERSISTENT", false);
+        .flag("PERSISTENT", false)
+        .dtype("OUT", DType::F16)
+        .flag("SPLIT", false);
     golden(
         "attention_fwd_overlapped",
         forward::attention_fwd::build(&spec).unwrap(),
@@ -61,10 +65,36 @@ fn forward_persistent_causal_f16_d64() {
     let spec = spec(Some((128, 64)), true)
         .flag("OVERLAP_SOFTMAX", true)
         .flag("LAST_BLOCK_APART", true)
-        .flag("PERSISTENT", true);
+        .flag("PERSISTENT", true)
+        .dtype("OUT", DType::F16)
+        .flag("SPLIT", false);
     golden(
         "attention_fwd_persistent",
         forward::attention_fwd::build(&spec).unwrap(),
+    );
+}
+
+/// The forward over one split of the keys (as on `wgmma`), writing its part of O in f32.
+#[test]
+fn forward_split_causal_f16_d64() {
+    let spec = spec(Some((128, 64)), true)
+        .flag("OVERLAP_SOFTMAX", true)
+        .flag("LAST_BLOCK_APART", true)
+        .flag("PERSISTENT", false)
+        .dtype("OUT", DType::F32)
+        .flag("SPLIT", true);
+    golden(
+        "attention_fwd_split",
+        forward::attention_fwd::build(&spec).unwrap(),
+    );
+}
+
+/// The split forward's combine: the parts weighed by their LSEs.
+#[test]
+fn forward_combine_f16_d64() {
+    golden(
+        "attention_fwd_combine",
+        forward::attention_fwd_combine::build(&spec(None, false)).unwrap(),
     );
 }
 

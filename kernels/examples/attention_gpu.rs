@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use kiln_kernels::attention::check::{self, Inputs, Outputs, StridedTensor, Tolerance};
-use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients};
+use kiln_kernels::attention::gpu::{self, DeviceTensor, DeviceTensorMut, Gradients, Overrides};
 use kiln_kernels::attention::{AttentionError, AttentionParams};
 use kiln_kernels::reference::Rng;
 use kiln_runtime::{Device, DeviceBuffer};
@@ -45,8 +45,8 @@ fn run() -> Result<bool, AttentionError> {
         let p = &c.params;
         let inputs = Inputs::random(p, c.layout, c.draw, &mut rng);
         let interpreter = Outputs::poisoned(p, &inputs);
-        check::run_interpreter(p, target(&device)?, &inputs, &interpreter)?;
-        let (gpu, [dq_bits, dk_bits, dv_bits]) = on_gpu(&device, p, &inputs)?;
+        check::run_interpreter(p, target(&device)?, &inputs, &interpreter, c.splits)?;
+        let (gpu, [dq_bits, dk_bits, dv_bits]) = on_gpu(&device, p, &inputs, c.splits)?;
         let report = gpu.compare(
             p,
             &interpreter.as_reference(inputs.reference(p)),
@@ -133,12 +133,13 @@ fn target(device: &Device) -> Result<kiln_dsl::Target, AttentionError> {
         .ok_or_else(|| AttentionError::Unsupported(format!("compute capability {major}.{minor}")))
 }
 
-/// Forward and backward through the GPU API with poisoned outputs; the outputs, and whether a
-/// second backward run gave the same bits of dQ, dK and dV.
+/// Forward (its keys split `splits` ways) and backward through the GPU API with poisoned
+/// outputs; the outputs, and whether a second backward run gave the same bits of dQ, dK and dV.
 fn on_gpu(
     device: &Device,
     p: &AttentionParams,
     inputs: &Inputs,
+    splits: usize,
 ) -> Result<(Outputs, [bool; 3]), AttentionError> {
     let up = |t: &StridedTensor| device.upload(&t.buffer);
     let (q, k, v, d_o) = (
@@ -154,17 +155,20 @@ fn on_gpu(
         buffer,
         layout: t.layout,
     };
-    gpu::forward(
+    gpu::forward_with(
         device,
         p,
-        input(&q, &inputs.q),
-        input(&k, &inputs.k),
-        input(&v, &inputs.v),
+        [
+            input(&q, &inputs.q),
+            input(&k, &inputs.k),
+            input(&v, &inputs.v),
+        ],
         DeviceTensorMut {
             buffer: &mut o,
             layout: inputs.q.layout,
         },
         &mut lse,
+        &Overrides::default().with_splits(splits),
     )?;
     let (mut dq, mut dk, mut dv) = (up(&poisoned.dq)?, up(&poisoned.dk)?, up(&poisoned.dv)?);
     let qkv = [

@@ -138,7 +138,10 @@ static VERSION: std::sync::LazyLock<CString> = std::sync::LazyLock::new(|| {
 });
 
 /// Launches the forward pass on `stream` in the calling thread's current context (device 0's
-/// primary context if none).
+/// primary context if none). Where the call has too few query blocks to fill the GPU (a decode
+/// step, a short chunk of queries against long keys) it splits the keys over more programs and
+/// adds their parts up in a second kernel, with a workspace it allocates and frees in the
+/// stream's order (`cuMemAllocAsync`).
 ///
 /// # Safety
 /// `args` is NULL or points to a valid `kiln_attn_fwd_args` whose tensors address device memory

@@ -61,6 +61,11 @@ pub fn kernels() -> Vec<KernelEntry> {
             default_spec: || attention_spec(AttentionKernel::Forward),
         },
         KernelEntry {
+            signature: &forward::attention_fwd_combine::SIGNATURE,
+            build: forward::attention_fwd_combine::build,
+            default_spec: || attention_spec(AttentionKernel::Combine),
+        },
+        KernelEntry {
             signature: &backward::attention_bwd_preprocess::SIGNATURE,
             build: backward::attention_bwd_preprocess::build,
             default_spec: || attention_spec(AttentionKernel::Preprocess),

@@ -49,7 +49,9 @@ fn ptxas() -> Option<PathBuf> {
 fn list_shows_every_kernel_and_the_shipped_specialisations() {
     let out = succeeds(&mut kiln(&["list"]));
     assert!(
-        out.contains("attention_fwd                T (a dtype), HEAD_DIM (an integer)"),
+        out.contains(
+            "attention_fwd                T (a dtype), OUT (a dtype), HEAD_DIM (an integer)"
+        ),
         "{out}"
     );
     assert!(out.contains("gemm_bias_gelu"), "{out}");
@@ -80,7 +82,7 @@ fn ir_prints_the_tile_ir_at_the_spec_given() {
     ]));
     assert!(
         out.starts_with(
-            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, LAST_BLOCK_APART = true, OVERLAP_SOFTMAX = true, PERSISTENT = true, T = f16>"
+            "kernel @attention_fwd<BLOCK_M = 128, BLOCK_N = 128, CAUSAL = true, HEAD_DIM = 128, LAST_BLOCK_APART = true, OUT = f16, OVERLAP_SOFTMAX = true, PERSISTENT = true, SPLIT = false, T = f16>"
         ),
         "{out}"
     );
@@ -201,13 +203,13 @@ fn compiler_stages_need_the_codegen_feature() {
 fn errors_list_what_exists() {
     let err = fails(&["ir", "attention"]);
     assert!(
-        err.contains("no kernel `attention`; kernels: attention_fwd, attention_bwd_preprocess"),
+        err.contains("no kernel `attention`; kernels: attention_fwd, attention_fwd_combine, attention_bwd_preprocess"),
         "{err}"
     );
     let err = fails(&["ptx", "attention_fwd", "--spec", "HEAD=64"]);
     assert!(err.contains("no specialisation parameter `HEAD`"), "{err}");
     assert!(
-        err.contains("T (a dtype), HEAD_DIM (an integer), BLOCK_M (an integer)"),
+        err.contains("`attention_fwd` takes: T (a dtype), OUT (a dtype), HEAD_DIM (an integer)"),
         "{err}"
     );
     let err = fails(&["ptx", "attention_fwd", "--spec", "CAUSAL=maybe"]);

@@ -14,10 +14,11 @@ use kiln_runtime::ParamType;
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
-    // Forward, dQ, dK/dV and the fused pass with and without the mask; the fused backward's
-    // preprocessing and dQ conversion without; each forward whose blocks for short or long
-    // sequences are not its entry's own; and the forward a negative scale runs where the long
-    // range's entry is persistent (`_signed`).
+    // Forward, dQ, dK/dV, the fused pass and the split forward with and without the mask; the
+    // split forward's combine and the fused backward's preprocessing and dQ conversion
+    // without; each forward whose blocks for short or long sequences are not its entry's own;
+    // and the forward a negative scale runs where the long range's entry is persistent
+    // (`_signed`).
     let by_length = Target::ALL
         .into_iter()
         .flat_map(|t| HEAD_DIMS.map(move |d| (t, d)))
@@ -47,7 +48,7 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     assert_eq!(
         shipped.len(),
         prebuilt::DTYPES.len()
-            * (Target::ALL.len() * HEAD_DIMS.len() * (4 * 2 + 2) + by_length + signed)
+            * (Target::ALL.len() * HEAD_DIMS.len() * (5 * 2 + 3) + by_length + signed)
     );
     assert!(
         shipped
@@ -138,7 +139,14 @@ fn every_planned_launch_finds_its_ptx() {
                             };
                             let backward =
                                 plan::backward(&p, &layouts, target).expect("a valid call");
-                            for launch in std::iter::once(forward).chain(backward) {
+                            let split = plan::forward_split(
+                                &p,
+                                &ForwardLayouts { q, k, v: k, o: q },
+                                target,
+                                plan::MAX_SPLITS,
+                            )
+                            .expect("a valid call");
+                            for launch in std::iter::once(forward).chain(backward).chain(split) {
                                 assert!(prebuilt::ptx(&launch.name).is_some(), "{}", launch.name);
                             }
                         }
@@ -211,5 +219,93 @@ fn linking_kiln_kernels_needs_no_llvm() {
                 .any(|line| line.starts_with(&format!("{crate_name} "))),
             "{crate_name} is in kiln-kernels' dependency tree:\n{tree}"
         );
+    }
+}
+
+#[test]
+fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
+    let decode = AttentionParams {
+        dtype: DType::BF16,
+        batch: 1,
+        seqlen_q: 1,
+        seqlen_k: 32768,
+        heads_q: 32,
+        heads_kv: 8,
+        head_dim: 128,
+        causal: false,
+        softmax_scale: 0.1,
+        fused_backward: false,
+    };
+    let splits = |p: &AttentionParams, programs| {
+        plan::forward_splits(p, Target::Sm90a, programs).expect("a valid call")
+    };
+    // 32 query blocks on 132 SMs: four splits fill 128 of them (97%, within 85% of the best).
+    assert_eq!(splits(&decode, 132), 4);
+    // As many blocks as SMs, or 80% of them, or one SM: no split.
+    assert_eq!(
+        splits(
+            &AttentionParams {
+                heads_q: 132,
+                heads_kv: 132,
+                ..decode
+            },
+            132
+        ),
+        1
+    );
+    assert_eq!(
+        splits(
+            &AttentionParams {
+                heads_q: 106,
+                heads_kv: 106,
+                ..decode
+            },
+            132
+        ),
+        1
+    );
+    assert_eq!(splits(&decode, 1), 1);
+    // compare.py's shapes (2048 blocks of 128 rows at head dim 128) never split.
+    let long = AttentionParams {
+        batch: 4,
+        seqlen_q: 4096,
+        seqlen_k: 4096,
+        heads_q: 16,
+        heads_kv: 16,
+        ..decode
+    };
+    assert_eq!(splits(&long, 132), 1);
+    // No more splits than key blocks: one key block, one split.
+    assert_eq!(
+        splits(
+            &AttentionParams {
+                seqlen_k: 100,
+                ..decode
+            },
+            132
+        ),
+        1
+    );
+    // One block of one head against many keys: many splits, at most MAX_SPLITS.
+    let one = AttentionParams {
+        heads_q: 1,
+        heads_kv: 1,
+        seqlen_k: 1 << 20,
+        ..decode
+    };
+    assert!((100..=plan::MAX_SPLITS).contains(&splits(&one, 132)));
+    // A split count outside 2..=MAX_SPLITS is refused, naming it.
+    let layout = Layout::contiguous(1, 32, 128);
+    let layouts = ForwardLayouts {
+        q: layout,
+        k: Layout::contiguous(32768, 8, 128),
+        v: Layout::contiguous(32768, 8, 128),
+        o: layout,
+    };
+    for bad in [0, 1, plan::MAX_SPLITS + 1] {
+        let err = plan::forward_split(&decode, &layouts, Target::Sm90a, bad)
+            .expect_err("a bad split count")
+            .to_string();
+        assert!(err.contains(&format!("got {bad}")), "{err}");
     }
 }

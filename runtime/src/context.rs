@@ -123,3 +123,40 @@ pub(crate) fn init() -> Result<()> {
 
 /// A stream handle as C callers pass it (`CUstream`; null is the legacy default stream).
 pub type RawStream = *mut c_void;
+
+/// Device memory allocated in the order of a caller's stream (`cuMemAllocAsync`) and freed in
+/// it when dropped (`cuMemFreeAsync`): work queued on the stream before the drop may use it, as
+/// the split forward's kernels use their workspace, where the C interface gives none.
+#[derive(Debug)]
+pub struct StreamScratch {
+    address: sys::CUdeviceptr,
+    stream: RawStream,
+}
+
+impl StreamScratch {
+    /// `bytes` (at least 1) of uninitialised memory on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a valid stream (or null) of the context current on the calling thread, and it
+    /// outlives the scratch.
+    pub unsafe fn new(stream: RawStream, bytes: usize) -> Result<StreamScratch> {
+        // Safety: as the caller vouches; the memory is only ever used on `stream`.
+        let address = unsafe { result::malloc_async(stream as sys::CUstream, bytes.max(1)) }
+            .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))?;
+        Ok(StreamScratch { address, stream })
+    }
+
+    /// The memory's device address.
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+}
+
+impl Drop for StreamScratch {
+    fn drop(&mut self) {
+        // Safety: `address` came from `malloc_async` on `stream`, which is still valid; the free
+        // is ordered after every use queued before it. A failure here leaks the memory, which is
+        // all a destructor can do.
+        let _ = unsafe { result::free_async(self.address, self.stream as sys::CUstream) };
+    }
+}

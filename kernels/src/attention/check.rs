@@ -268,6 +268,9 @@ pub struct Case {
     pub params: AttentionParams,
     pub draw: Draw,
     pub layout: LayoutKind,
+    /// How many ways the forward splits each query block's keys (1: not split), on the
+    /// interpreter and the GPU alike ([`super::plan::forward_split`]).
+    pub splits: usize,
 }
 
 fn case(
@@ -295,6 +298,7 @@ fn case(
         },
         draw: Draw::PLAIN,
         layout: LayoutKind::Packed,
+        splits: 1,
     }
 }
 
@@ -400,6 +404,25 @@ pub fn designed_cases() -> Vec<Case> {
         c.layout = layout;
         cases.push(c);
     }
+    // The forward split over the keys (a decode step and short chunks against long keys): every
+    // head dim, MQA and GQA, ragged keys, splits past a causal block's last key (empty: they
+    // must weigh nothing), more splits than key blocks, a strided layout with a negative scale.
+    for (mut c, splits) in [
+        (case(F16, 1, 1, 1000, 4, 1, 64, false), 3),
+        (case(BF16, 2, 5, 777, 4, 2, 128, true), 4),
+        (case(F16, 1, 200, 300, 2, 1, 32, true), 5),
+        (case(BF16, 1, 70, 1100, 2, 2, 256, false), 2),
+        (case(BF16, 1, 129, 1031, 2, 1, 128, false), 7),
+        (case(F16, 1, 33, 65, 2, 2, 64, true), 9),
+    ] {
+        c.splits = splits;
+        cases.push(c);
+    }
+    let mut c = case(BF16, 2, 70, 450, 4, 2, 64, true);
+    c.layout = LayoutKind::Padded;
+    c.params.softmax_scale = -0.7;
+    c.splits = 3;
+    cases.push(c);
     cases
 }
 
@@ -644,22 +667,23 @@ impl Outputs {
     }
 }
 
-/// Forward and backward on the interpreter as `target` runs them, `outputs` written.
+/// Forward (its keys split `splits` ways) and backward on the interpreter as `target` runs
+/// them, `outputs` written.
 pub fn run_interpreter(
     p: &AttentionParams,
     target: Target,
     inputs: &Inputs,
     outputs: &Outputs,
+    splits: usize,
 ) -> Result<(), AttentionError> {
     let Inputs { q, k, v, d_o } = inputs;
-    cpu::forward(
+    cpu::forward_in_splits(
         p,
         target,
-        q.as_tensor(),
-        k.as_tensor(),
-        v.as_tensor(),
+        [q.as_tensor(), k.as_tensor(), v.as_tensor()],
         outputs.o.as_tensor(),
         &outputs.lse,
+        splits,
     )?;
     let grads = BackwardOutputs {
         dq: outputs.dq.as_tensor(),
@@ -682,17 +706,21 @@ pub fn run_interpreter(
     )
 }
 
-/// Runs forward and backward on the interpreter, as `target` runs them, with fresh inputs from
-/// `rng` drawn as `draw` says, and compares with the f64 reference.
+/// Runs `case` forward and backward on the interpreter, as `target` runs them, with fresh
+/// inputs from `rng`, and compares with the f64 reference.
 pub fn run_on_interpreter(
-    p: &AttentionParams,
+    case: &Case,
     target: Target,
-    layout: LayoutKind,
-    draw: Draw,
     rng: &mut Rng,
 ) -> Result<Report, AttentionError> {
-    let inputs = Inputs::random(p, layout, draw, rng);
+    let Case {
+        params: p,
+        draw,
+        layout,
+        splits,
+    } = case;
+    let inputs = Inputs::random(p, *layout, *draw, rng);
     let outputs = Outputs::poisoned(p, &inputs);
-    run_interpreter(p, target, &inputs, &outputs)?;
+    run_interpreter(p, target, &inputs, &outputs, *splits)?;
     Ok(outputs.compare(p, &inputs.reference(p), draw.conditioned()))
 }

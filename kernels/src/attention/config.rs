@@ -462,6 +462,8 @@ impl std::str::FromStr for KernelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionConfig {
     pub forward: KernelConfig,
+    /// The split forward's combine.
+    pub combine: KernelConfig,
     pub preprocess: KernelConfig,
     pub dq: KernelConfig,
     /// For the fused backward, its dK/dV, which also adds dQ with atomics.
@@ -473,6 +475,7 @@ impl AttentionConfig {
     pub fn kernel(&self, kernel: AttentionKernel) -> KernelConfig {
         match kernel {
             AttentionKernel::Forward => self.forward,
+            AttentionKernel::Combine => self.combine,
             AttentionKernel::Preprocess => self.preprocess,
             AttentionKernel::Dq => self.dq,
             AttentionKernel::DkDv => self.dkdv,
@@ -484,6 +487,7 @@ impl AttentionConfig {
     pub fn with(mut self, kernel: AttentionKernel, config: KernelConfig) -> AttentionConfig {
         *match kernel {
             AttentionKernel::Forward => &mut self.forward,
+            AttentionKernel::Combine => &mut self.combine,
             AttentionKernel::Preprocess => &mut self.preprocess,
             AttentionKernel::Dq => &mut self.dq,
             AttentionKernel::DkDv => &mut self.dkdv,
@@ -743,6 +747,8 @@ pub fn config(
     };
     Some(AttentionConfig {
         forward,
+        // Row-wise like the preprocessing kernel.
+        combine: preprocess,
         preprocess,
         dq,
         dkdv,

@@ -40,6 +40,19 @@ pub fn forward(
     o: Tensor<'_>,
     lse: &HostBuffer,
 ) -> Result<(), AttentionError> {
+    forward_in_splits(p, target, [q, k, v], o, lse, 1)
+}
+
+/// [`forward`] with each query block's keys split `splits` ways ([`plan::forward_split`], as
+/// the GPU splits them where a call has fewer query blocks than SMs; 1: not split).
+pub fn forward_in_splits(
+    p: &AttentionParams,
+    target: Target,
+    [q, k, v]: [Tensor<'_>; 3],
+    o: Tensor<'_>,
+    lse: &HostBuffer,
+    splits: usize,
+) -> Result<(), AttentionError> {
     p.validate()?;
     q.check("q", p.dtype, p.seqlen_q, p.heads_q, p)?;
     k.check("k", p.dtype, p.seqlen_k, p.heads_kv, p)?;
@@ -52,14 +65,32 @@ pub fn forward(
         v: v.layout,
         o: o.layout,
     };
-    run(&plan::forward(p, &layouts, target)?, |role| match role {
-        Role::Q => q.buffer,
-        Role::K => k.buffer,
-        Role::V => v.buffer,
-        Role::O => o.buffer,
-        Role::Lse => lse,
-        other => unreachable!("the forward plan names no {other:?}"),
-    })
+    if splits == 1 {
+        return run(&plan::forward(p, &layouts, target)?, |role| match role {
+            Role::Q => q.buffer,
+            Role::K => k.buffer,
+            Role::V => v.buffer,
+            Role::O => o.buffer,
+            Role::Lse => lse,
+            other => unreachable!("the forward plan names no {other:?}"),
+        });
+    }
+    let launches = plan::forward_split(p, &layouts, target, splits)?;
+    let [o_parts, lse_parts] =
+        plan::split_workspace_len(p, splits).map(|len| HostBuffer::poisoned(DType::F32, len));
+    for launch in &launches {
+        run(launch, |role| match role {
+            Role::Q => q.buffer,
+            Role::K => k.buffer,
+            Role::V => v.buffer,
+            Role::O => o.buffer,
+            Role::Lse => lse,
+            Role::OParts => &o_parts,
+            Role::LseParts => &lse_parts,
+            other => unreachable!("the split forward plan names no {other:?}"),
+        })?;
+    }
+    Ok(())
 }
 
 /// The gradients of one backward call, the workspace of per-row statistics (`lse_base2` and
@@ -147,6 +178,7 @@ pub fn backward(
             Role::LseBase2 => out.lse_base2,
             Role::Delta => out.delta,
             Role::DqAccum => dq_accum,
+            other => unreachable!("the backward plan names no {other:?}"),
         })?;
     }
     Ok(())

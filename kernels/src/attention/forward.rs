@@ -27,6 +27,12 @@
 //! of them), its producer copying each block's Q and first K tile while the block before
 //! finishes; kiln-codegen puts a block's first K and last V tiles in a slot of the key
 //! loops' ring, and its output goes out by TMA from a tile of its own.
+//!
+//! With `SPLIT` (FlashDecoding, for calls whose query blocks are too few to fill the GPU: a
+//! decode step, a short chunk of queries against long keys; `plan::forward_splits` decides) a
+//! program takes one of `num_programs(2)` equal shares of the keys and writes its part, O
+//! divided by its own row sum (in f32: `OUT`) and its LSE, into a workspace;
+//! [`attention_fwd_combine`] then weighs the parts by their LSEs into O and the LSE.
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -38,6 +44,7 @@ use super::common::{
 #[kernel]
 pub fn attention_fwd<
     T,
+    OUT,
     const HEAD_DIM: usize,
     const BLOCK_M: usize,
     const BLOCK_N: usize,
@@ -45,11 +52,12 @@ pub fn attention_fwd<
     const OVERLAP_SOFTMAX: bool,
     const LAST_BLOCK_APART: bool,
     const PERSISTENT: bool,
+    const SPLIT: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
     v: Ptr<T>,
-    o: Ptr<T>,
+    o: Ptr<OUT>,
     lse: Ptr<f32>,
     seqlen_q: i32,
     seqlen_k: i32,
@@ -74,10 +82,11 @@ pub fn attention_fwd<
     check_head_dim::<HEAD_DIM>();
     if PERSISTENT {
         static_assert(
-            OVERLAP_SOFTMAX && LAST_BLOCK_APART,
-            "a persistent forward overlaps its softmax and does its last block's P @ V apart",
+            OVERLAP_SOFTMAX && LAST_BLOCK_APART && !SPLIT,
+            "a persistent forward overlaps its softmax, does its last block's P @ V apart and \
+             takes every key of its blocks",
         );
-        persistent::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
+        persistent::<T, OUT, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
             q,
             k,
             v,
@@ -106,12 +115,14 @@ pub fn attention_fwd<
     } else {
         query_block_forward::<
             T,
+            OUT,
             HEAD_DIM,
             BLOCK_M,
             BLOCK_N,
             CAUSAL,
             OVERLAP_SOFTMAX,
             LAST_BLOCK_APART,
+            SPLIT,
         >(
             q,
             k,
@@ -143,21 +154,105 @@ pub fn attention_fwd<
     }
 }
 
+/// The split forward's last step, one program per (query block, batch x query head): each
+/// split wrote its keys' O (divided by its own row sum) and LSE into a workspace, `o_parts`
+/// `[splits * batches, seqlen_q, heads_q, HEAD_DIM]` (split s's batches after the splits
+/// before, with the given strides) and `lse_parts` `[splits * batches, heads_q, seqlen_q]`;
+/// this writes `O = sum_s exp(lse_s - lse) O_s` and `lse = log sum_s exp(lse_s)`. A split that
+/// saw none of a row's keys has `lse_s = -inf`, weight 0; a row no split saw gets O = 0 and
+/// LSE = -inf, as an unsplit forward gives it.
+#[kernel]
+pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+    o_parts: Ptr<f32>,
+    lse_parts: Ptr<f32>,
+    o: Ptr<T>,
+    lse: Ptr<f32>,
+    seqlen_q: i32,
+    heads_q: i32,
+    batches: i32,
+    splits: i32,
+    part_batch_stride: i64,
+    part_seq_stride: i64,
+    part_head_stride: i64,
+    o_batch_stride: i64,
+    o_seq_stride: i64,
+    o_head_stride: i64,
+) {
+    check_head_dim::<HEAD_DIM>();
+    let start_m = program_id(0);
+    let batch_head = program_id(1);
+    let batch = batch_head / heads_q;
+    let head = batch_head % heads_q;
+    let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
+    // Online over the splits, in base 2 as the forward's row max is: `m` the largest LSE so
+    // far, `l` the sum of each split's weight relative to it.
+    let mut m = full([BLOCK_M], f32::NEG_INFINITY, f32);
+    let mut l = zeros([BLOCK_M], f32);
+    let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
+    for split in 0..splits {
+        let part_batch = split * batches + batch;
+        let part_rows = lse_parts + (part_batch * heads_q + head).to::<i64>() * seqlen_q + offs_m;
+        let lse_s = load(part_rows, offs_m < seqlen_q) * f32::consts::LOG2_E;
+        let o_s = load(
+            head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
+                o_parts,
+                batches * splits,
+                heads_q,
+                seqlen_q,
+                part_batch_stride,
+                part_head_stride,
+                part_seq_stride,
+                part_batch,
+                head,
+                start_m * BLOCK_M,
+            ),
+            [0],
+        );
+        let m_new = maximum(m, lse_s);
+        let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
+        let alpha = exp2(m - m_safe);
+        let weight = exp2(lse_s - m_safe);
+        l = l * alpha + weight;
+        acc = acc * alpha.expand_dims(1) + o_s * weight.expand_dims(1);
+        m = m_new;
+    }
+    store_rows::<T, HEAD_DIM, BLOCK_M>(
+        acc,
+        l,
+        m,
+        o,
+        lse,
+        seqlen_q,
+        heads_q,
+        batches,
+        o_batch_stride,
+        o_seq_stride,
+        o_head_stride,
+        start_m,
+        offs_m,
+        batch,
+        head,
+        batch_head,
+    );
+}
+
 /// One program's block of query rows, `start_m`, of query head `batch_head` (batch x heads).
 #[kernel_fn]
 fn query_block_forward<
     T,
+    OUT,
     const HEAD_DIM: usize,
     const BLOCK_M: usize,
     const BLOCK_N: usize,
     const CAUSAL: bool,
     const OVERLAP_SOFTMAX: bool,
     const LAST_BLOCK_APART: bool,
+    const SPLIT: bool,
 >(
     q: Ptr<T>,
     k: Ptr<T>,
     v: Ptr<T>,
-    o: Ptr<T>,
+    o: Ptr<OUT>,
     lse: Ptr<f32>,
     seqlen_q: i32,
     seqlen_k: i32,
@@ -213,7 +308,32 @@ fn query_block_forward<
     // Query row i sees key j iff j <= i + shift (the mask is aligned bottom-right).
     let shift = seqlen_k - seqlen_q;
     // Key tiles before `full_end` need no mask; a causal block ends at its last row's diagonal.
-    let (end_n, full_end) = key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
+    let (block_end, block_full_end) =
+        key_range::<BLOCK_M, BLOCK_N, CAUSAL>(start_m, shift, seqlen_k);
+    // Split, this program takes its share of the keys ([`split_share`]), `key_start..end_n`
+    // within the block's own (empty, `end_n = key_start`, where a causal block ends before it);
+    // keys past `end_n` are masked as keys past the sequence are (`key_bound`).
+    let share = if SPLIT {
+        split_share::<BLOCK_N>(seqlen_k)
+    } else {
+        0
+    };
+    let key_start = if SPLIT { program_id(2) * share } else { 0 };
+    let end_n = if SPLIT {
+        maximum(minimum(block_end, key_start + share), key_start)
+    } else {
+        block_end
+    };
+    let full_end = if SPLIT {
+        minimum(block_full_end, end_n)
+    } else {
+        block_full_end
+    };
+    let key_bound = if SPLIT { end_n } else { seqlen_k };
+    if SPLIT {
+        k_block = advance(k_block, [key_start, 0]);
+        v_block = advance(v_block, [key_start, 0]);
+    }
     // With OVERLAP_SOFTMAX the loops start one key block in, after the first block's softmax,
     // the unmasked one ending a block early. Their bounds and blocks are computed before Q's
     // load: kiln-codegen issues the first loop's copies as soon as what they need exists, so
@@ -225,9 +345,17 @@ fn query_block_forward<
     let mut loops_end = end_n;
     if OVERLAP_SOFTMAX {
         k_block = advance(k_block, [BLOCK_N, 0]);
-        unmasked_end = maximum(full_end - BLOCK_N, 0);
+        unmasked_end = maximum(full_end - BLOCK_N, key_start);
         if LAST_BLOCK_APART {
-            loops_end = maximum(cdiv(end_n, BLOCK_N) - 1, 0) * BLOCK_N;
+            loops_end = if SPLIT {
+                maximum(cdiv(end_n, BLOCK_N) - 1, key_start / BLOCK_N) * BLOCK_N
+            } else {
+                maximum(cdiv(end_n, BLOCK_N) - 1, 0) * BLOCK_N
+            };
+        }
+        // A split's unmasked tiles may reach past its last block's start.
+        if SPLIT {
+            unmasked_end = minimum(unmasked_end, loops_end);
         }
     }
     let scale = softmax_scale * f32::consts::LOG2_E;
@@ -242,8 +370,9 @@ fn query_block_forward<
         zeros([BLOCK_N, HEAD_DIM], T)
     };
     let v_last = if OVERLAP_SOFTMAX && LAST_BLOCK_APART {
-        let first_row = where_(end_n > 0, loops_end, seqlen_k);
-        load(advance(v_block, [first_row, 0]), [0])
+        // `v_block` starts at `key_start`.
+        let first_row = where_(end_n > key_start, loops_end, seqlen_k);
+        load(advance(v_block, [first_row - key_start, 0]), [0])
     } else {
         zeros([BLOCK_N, HEAD_DIM], T)
     };
@@ -258,11 +387,11 @@ fn query_block_forward<
         // starts the next block's ([`key_blocks_overlapped`]).
         let qk = scores::<CAUSAL, BLOCK_N>(
             dot(q_tile, trans(k_first_tile)),
-            0,
+            key_start,
             full_end,
             offs_m,
             shift,
-            seqlen_k,
+            key_bound,
         );
         let (m_out, l_out, acc_out, p_out) =
             key_blocks_overlapped::<T, HEAD_DIM, BLOCK_M, BLOCK_N, CAUSAL>(
@@ -270,11 +399,12 @@ fn query_block_forward<
                 q_tile,
                 k_block,
                 v_block,
+                key_start,
                 unmasked_end,
                 loops_end,
                 offs_m,
                 shift,
-                seqlen_k,
+                key_bound,
                 qk_scale,
                 m_i,
             );
@@ -285,7 +415,7 @@ fn query_block_forward<
             acc = dot(p_out, v_last, acc);
         }
     } else {
-        for start_n in (0..end_n).step_by(BLOCK_N) {
+        for start_n in (key_start..end_n).step_by(BLOCK_N) {
             let k_tile = load(k_block, [0]);
             let v_tile = load(v_block, [0]);
             let qk = scores::<CAUSAL, BLOCK_N>(
@@ -294,7 +424,7 @@ fn query_block_forward<
                 full_end,
                 offs_m,
                 shift,
-                seqlen_k,
+                key_bound,
             );
             let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
             l_i = l_i * alpha + p.sum(1);
@@ -305,7 +435,19 @@ fn query_block_forward<
         }
     }
 
-    store_rows::<T, HEAD_DIM, BLOCK_M>(
+    // Split, the output is split `program_id(2)`'s part of the workspace, whose batches come
+    // after the parts before ([`attention_fwd_combine`] reads them).
+    let out_batches = if SPLIT {
+        batches * num_programs(2)
+    } else {
+        batches
+    };
+    let out_batch = if SPLIT {
+        program_id(2) * batches + batch
+    } else {
+        batch
+    };
+    store_rows::<OUT, HEAD_DIM, BLOCK_M>(
         acc,
         l_i,
         m_i,
@@ -313,16 +455,27 @@ fn query_block_forward<
         lse,
         seqlen_q,
         heads_q,
-        batches,
+        out_batches,
         o_batch_stride,
         o_seq_stride,
         o_head_stride,
         start_m,
         offs_m,
-        batch,
+        out_batch,
         head,
-        batch_head,
+        if SPLIT {
+            out_batch * heads_q + head
+        } else {
+            batch_head
+        },
     );
+}
+
+/// Split `num_programs(2)` ways, how many keys each split of a query block takes: an equal
+/// share of the whole sequence's key blocks (the last split's may be shorter or empty).
+#[kernel_fn]
+fn split_share<const BLOCK_N: usize>(seqlen_k: i32) -> i32 {
+    cdiv(cdiv(seqlen_k, BLOCK_N), num_programs(2)) * BLOCK_N
 }
 
 /// A persistent forward: each program takes every `num_programs(0)`-th slot of query blocks
@@ -337,6 +490,7 @@ fn query_block_forward<
 #[kernel_fn]
 fn persistent<
     T,
+    OUT,
     const HEAD_DIM: usize,
     const BLOCK_M: usize,
     const BLOCK_N: usize,
@@ -345,7 +499,7 @@ fn persistent<
     q: Ptr<T>,
     k: Ptr<T>,
     v: Ptr<T>,
-    o: Ptr<T>,
+    o: Ptr<OUT>,
     lse: Ptr<f32>,
     seqlen_q: i32,
     seqlen_k: i32,
@@ -461,7 +615,7 @@ fn persistent<
         if HEAD_DIM > 64 {
             acc = dot(p_t, v_last, acc);
         }
-        store_rows::<T, HEAD_DIM, BLOCK_M>(
+        store_rows::<OUT, HEAD_DIM, BLOCK_M>(
             acc,
             l_i,
             m_i,
@@ -486,6 +640,7 @@ fn persistent<
                 q_tile,
                 advance(k_block, [BLOCK_N, 0]),
                 v_block,
+                0,
                 unmasked_end,
                 loops_end,
                 offs_m,
@@ -556,10 +711,11 @@ fn persistent_tile<const CAUSAL: bool>(slot: i32, m_blocks: i32, heads: i32) -> 
     (start_m, head, real)
 }
 
-/// With `OVERLAP_SOFTMAX`, from the first key block's masked scores `qk`: its softmax (from the
-/// row max `m_start`, all `-inf`), then the
-/// key blocks from `k_block` and `v_block` (the second key block's and the first value block's)
-/// up to `loops_end`, each iteration starting the next block's scores and this block's `P @ V`.
+/// With `OVERLAP_SOFTMAX`, from the first key block's masked scores `qk` (the block at
+/// `key_start`): its softmax (from the row max `m_start`, all `-inf`), then the key blocks from
+/// `k_block` and `v_block` (the second key block's and the first value block's) up to
+/// `loops_end`, each iteration starting the next block's scores and this block's `P @ V`. Keys
+/// from `key_bound` on are masked.
 /// Returns the row max, row sum, accumulator and the last block's weights P, whose `P @ V` is
 /// the caller's (the last V tile apart, or the block past the end's zeros).
 #[kernel_fn]
@@ -574,11 +730,12 @@ fn key_blocks_overlapped<
     q_tile: Tile<T>,
     k_block: BlockPtr<T>,
     v_block: BlockPtr<T>,
+    key_start: i32,
     unmasked_end: i32,
     loops_end: i32,
     offs_m: Tile<i32>,
     shift: i32,
-    seqlen_k: i32,
+    key_bound: i32,
     qk_scale: f32,
     m_start: Tile<f32>,
 ) -> (Tile<f32>, Tile<f32>, Tile<f32>, Tile<T>) {
@@ -592,7 +749,7 @@ fn key_blocks_overlapped<
     // Two loops with one body: the first while the next block needs no mask, the second
     // masking every block without a branch (ptxas waits for every wgmma where control flow
     // joins).
-    for _ in (0..unmasked_end).step_by(BLOCK_N) {
+    for _ in (key_start..unmasked_end).step_by(BLOCK_N) {
         // Issued in this order so that waiting for the scores leaves P @ V running.
         let qk = dot(q_tile, trans(load(k_block, [0])));
         acc = dot(p_t, load(v_block, [0]), acc);
@@ -608,7 +765,7 @@ fn key_blocks_overlapped<
         let qk = dot(q_tile, trans(load(k_block, [0])));
         acc = dot(p_t, load(v_block, [0]), acc);
         let offs_n = start_n + BLOCK_N + arange(0, BLOCK_N);
-        let qk = mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, seqlen_k);
+        let qk = mask_scores::<CAUSAL>(qk, offs_m, offs_n, shift, key_bound);
         let (m_new, p, alpha) = softmax_step(qk, qk_scale, m_i);
         l_i = l_i * alpha + p.sum(1);
         acc = acc * alpha.expand_dims(1);
@@ -623,11 +780,11 @@ fn key_blocks_overlapped<
 /// Writes block `start_m` of query head `batch_head`'s output, `acc / l` (0 where a row saw no
 /// key, `l = 0`), and its natural-log LSE, `-inf` there; rows past `seqlen_q` are not written.
 #[kernel_fn]
-fn store_rows<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+fn store_rows<OUT, const HEAD_DIM: usize, const BLOCK_M: usize>(
     acc: Tile<f32>,
     l_i: Tile<f32>,
     m_i: Tile<f32>,
-    o: Ptr<T>,
+    o: Ptr<OUT>,
     lse: Ptr<f32>,
     seqlen_q: i32,
     heads_q: i32,
@@ -643,7 +800,7 @@ fn store_rows<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
 ) {
     let seen = l_i > 0.0;
     let l_safe = where_(seen, l_i, 1.0);
-    let o_block = head_rows_from::<T, HEAD_DIM, BLOCK_M>(
+    let o_block = head_rows_from::<OUT, HEAD_DIM, BLOCK_M>(
         o,
         batches,
         heads_q,

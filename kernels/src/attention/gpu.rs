@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 
 use kiln_dsl::{DType, Target};
 use kiln_runtime::{
-    Context, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
+    Context, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream, StreamScratch,
 };
 // The device and its buffers, as the safe API takes them.
 pub use kiln_runtime::{Device, DeviceBuffer};
@@ -71,9 +71,18 @@ impl Candidate {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Overrides {
     candidates: Vec<Candidate>,
+    splits: Option<usize>,
 }
 
 impl Overrides {
+    /// Splits the forward's keys `splits` ways (1: not at all) where [`plan::forward_splits`]
+    /// would choose by the SM count: what a test runs on the interpreter and the GPU alike. A
+    /// forward candidate ([`Overrides::with`]) runs unsplit.
+    pub fn with_splits(mut self, splits: usize) -> Overrides {
+        self.splits = Some(splits);
+        self
+    }
+
     /// Runs `candidate` in place of its kernel (replacing an earlier candidate for it).
     pub fn with(mut self, candidate: Candidate) -> Overrides {
         self.candidates.retain(|c| c.kernel != candidate.kernel);
@@ -263,12 +272,6 @@ pub(crate) unsafe fn launch_forward_checked(
         v: at.v.layout,
         o: at.o.layout,
     };
-    // The table's forward (and its entry for a negative scale where that one is persistent),
-    // or the candidate in its place.
-    let launch = match overrides.get(AttentionKernel::Forward) {
-        Some(candidate) => plan::forward_with(p, &layouts, target, candidate.config)?,
-        None => plan::forward(p, &layouts, target)?,
-    };
     let address = |role| match role {
         Role::Q => Some(at.q.address),
         Role::K => Some(at.k.address),
@@ -277,8 +280,60 @@ pub(crate) unsafe fn launch_forward_checked(
         Role::Lse => Some(at.lse),
         _ => None,
     };
+    // The table's forward (and its entry for a negative scale where that one is persistent),
+    // or the candidate in its place; split over the keys where the call has too few query
+    // blocks to fill the SMs.
+    let launch = match overrides.get(AttentionKernel::Forward) {
+        Some(candidate) => plan::forward_with(p, &layouts, target, candidate.config)?,
+        None => {
+            let splits = match overrides.splits {
+                Some(splits) => splits,
+                None => plan::forward_splits(p, target, context.multiprocessor_count()?)?,
+            };
+            if splits > 1 {
+                // Safety: as below.
+                return unsafe {
+                    launch_split_forward(context, stream, p, &layouts, splits, address)
+                };
+            }
+            plan::forward(p, &layouts, target)?
+        }
+    };
     // Safety: the caller vouches for the memory; the plan's accesses stay within the sizes.
     unsafe { run(context, stream, &launch, overrides, address) }
+}
+
+/// The forward split `splits` ways ([`plan::forward_split`]) on `stream`, its workspace
+/// allocated and freed in the stream's order.
+///
+/// # Safety
+/// As [`launch_forward_checked`]'s, with `address` the call's checked memory.
+unsafe fn launch_split_forward(
+    context: Context,
+    stream: RawStream,
+    p: &AttentionParams,
+    layouts: &ForwardLayouts,
+    splits: usize,
+    address: impl Fn(Role) -> Option<u64>,
+) -> Result<(), AttentionError> {
+    let target = target_of(context)?;
+    let launches = plan::forward_split(p, layouts, target, splits)?;
+    let [o_parts, lse_parts] = plan::split_workspace_len(p, splits);
+    let bytes = (o_parts + lse_parts) * DType::F32.size_bytes();
+    // Safety: `stream` is the caller's stream of the current context, valid until the call
+    // returns; the scratch is dropped, and freed in stream order, after both launches queue.
+    let workspace = unsafe { StreamScratch::new(stream, bytes) }?;
+    let parts = |role| match role {
+        Role::OParts => Some(workspace.address()),
+        Role::LseParts => Some(workspace.address() + (o_parts * DType::F32.size_bytes()) as u64),
+        other => address(other),
+    };
+    for launch in &launches {
+        // Safety: the caller vouches for the call's memory; the workspace holds what the plan
+        // addresses in it.
+        unsafe { run(context, stream, launch, &Overrides::default(), parts)? };
+    }
+    Ok(())
 }
 
 /// Checks a backward call as far as addresses and strides allow: every refusal is an
@@ -374,6 +429,7 @@ pub(crate) unsafe fn launch_backward_checked(
             Role::LseBase2 => at.workspace,
             Role::Delta => at.workspace + delta_offset(p) as u64,
             Role::DqAccum => at.workspace + dq_accum_offset(p) as u64,
+            Role::OParts | Role::LseParts => return None,
         })
     };
     let config = overrides.config(p.config(target)?);

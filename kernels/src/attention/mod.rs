@@ -231,6 +231,16 @@ impl AttentionParams {
     /// The specialisation of `kernel` for this call, at the block sizes of its `config`, with
     /// the forward's flags ([`forward_flags`]) or dK/dV's ([`dkdv_flags`]).
     pub fn spec(&self, kernel: AttentionKernel, config: KernelConfig) -> Spec {
+        self.spec_of(kernel, config, false)
+    }
+
+    /// The forward at `config` that takes one split of the keys and writes its part of the
+    /// output, O in f32 and the LSE, for [`AttentionKernel::Combine`] ([`plan::forward_split`]).
+    pub fn split_spec(&self, config: KernelConfig) -> Spec {
+        self.spec_of(AttentionKernel::Forward, config, true)
+    }
+
+    fn spec_of(&self, kernel: AttentionKernel, config: KernelConfig, split: bool) -> Spec {
         let spec = Spec::new()
             .dtype("T", self.dtype)
             .int("HEAD_DIM", self.head_dim as i64)
@@ -245,7 +255,9 @@ impl AttentionParams {
         match kernel {
             AttentionKernel::Forward => forward_flags(self.head_dim, config)
                 .into_iter()
-                .fold(spec, |spec, (name, on)| spec.flag(name, on)),
+                .fold(spec, |spec, (name, on)| spec.flag(name, on))
+                .dtype("OUT", if split { DType::F32 } else { self.dtype })
+                .flag("SPLIT", split),
             AttentionKernel::DkDv => dkdv_flags(self.fused_backward, config)
                 .into_iter()
                 .fold(spec, |spec, (name, on)| spec.flag(name, on)),

@@ -9,11 +9,13 @@ use super::{
     config, forward,
 };
 
-/// One of the attention kernels: the forward; the backward's dK/dV; the split backward's dQ;
-/// the fused backward's preprocessing and dQ conversion.
+/// One of the attention kernels: the forward and, where it splits the keys, its combine; the
+/// backward's dK/dV; the split backward's dQ; the fused backward's preprocessing and dQ
+/// conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionKernel {
     Forward,
+    Combine,
     Preprocess,
     Dq,
     DkDv,
@@ -21,8 +23,9 @@ pub enum AttentionKernel {
 }
 
 impl AttentionKernel {
-    pub const ALL: [AttentionKernel; 5] = [
+    pub const ALL: [AttentionKernel; 6] = [
         AttentionKernel::Forward,
+        AttentionKernel::Combine,
         AttentionKernel::Preprocess,
         AttentionKernel::Dq,
         AttentionKernel::DkDv,
@@ -30,11 +33,11 @@ impl AttentionKernel {
     ];
 
     /// Whether the kernel reads keys, and so has a key block and a mask: all but the
-    /// preprocessing and dQ conversion kernels, which walk query rows only.
+    /// combine, preprocessing and dQ conversion kernels, which walk query rows only.
     pub fn reads_keys(self) -> bool {
         !matches!(
             self,
-            AttentionKernel::Preprocess | AttentionKernel::DqConvert
+            AttentionKernel::Combine | AttentionKernel::Preprocess | AttentionKernel::DqConvert
         )
     }
 
@@ -73,6 +76,7 @@ impl AttentionKernel {
     pub fn signature(self) -> &'static kiln_dsl::KernelSignature {
         match self {
             AttentionKernel::Forward => &forward::attention_fwd::SIGNATURE,
+            AttentionKernel::Combine => &forward::attention_fwd_combine::SIGNATURE,
             AttentionKernel::Preprocess => &backward::attention_bwd_preprocess::SIGNATURE,
             AttentionKernel::Dq => &backward::attention_bwd_dq::SIGNATURE,
             AttentionKernel::DkDv => &backward::attention_bwd_dkdv::SIGNATURE,
@@ -84,6 +88,7 @@ impl AttentionKernel {
     pub fn build(self, spec: &Spec) -> kiln_dsl::Result<Kernel> {
         match self {
             AttentionKernel::Forward => forward::attention_fwd::build(spec),
+            AttentionKernel::Combine => forward::attention_fwd_combine::build(spec),
             AttentionKernel::Preprocess => backward::attention_bwd_preprocess::build(spec),
             AttentionKernel::Dq => backward::attention_bwd_dq::build(spec),
             AttentionKernel::DkDv => backward::attention_bwd_dkdv::build(spec),
@@ -112,6 +117,12 @@ pub enum Role {
     Delta,
     /// The fused backward's `[batch, heads_q, seqlen_q, head_dim]` f32 dQ accumulator.
     DqAccum,
+    /// The split forward's workspace of each split's O, f32 `[splits * batch, seqlen_q,
+    /// heads_q, head_dim]` packed (split s's batches after the splits before).
+    OParts,
+    /// The split forward's workspace of each split's natural-log LSE, f32 `[splits * batch,
+    /// heads_q, seqlen_q]` packed.
+    LseParts,
 }
 
 /// One launch argument: a buffer by role, or a scalar.
@@ -375,6 +386,127 @@ fn forward_in(
     ))
 }
 
+/// The most ways [`forward_splits`] splits the keys.
+pub const MAX_SPLITS: usize = 128;
+
+/// How many ways the forward splits each query block's keys where `programs` run at once (one
+/// an SM): FlashDecoding's answer to calls with fewer query blocks than SMs (a decode step, a
+/// short chunk of queries against a long cache), whose grid would leave SMs idle. As
+/// FlashAttention-2 chooses: 1 where the blocks fill 80% of the SMs; else the fewest splits
+/// whose waves of programs fill their last within 85% of the best of 1 to `min(programs, key
+/// blocks, MAX_SPLITS)` splits, counting only splits that change each one's share of the key
+/// blocks.
+pub fn forward_splits(
+    p: &AttentionParams,
+    target: Target,
+    programs: u32,
+) -> Result<usize, AttentionError> {
+    let config = split_forward_config(p, target)?;
+    let programs = programs.max(1) as usize;
+    let tiles = p.batch * p.heads_q * p.seqlen_q.div_ceil(config.block_m);
+    if tiles * 5 >= programs * 4 {
+        return Ok(1);
+    }
+    let key_blocks = p
+        .seqlen_k
+        .div_ceil(config.block_n.unwrap_or(config.block_m));
+    let most = programs.min(key_blocks).min(MAX_SPLITS);
+    let efficiency = |splits: usize| {
+        let waves = (tiles * splits) as f64 / programs as f64;
+        waves / waves.ceil()
+    };
+    let changes_shares = |splits: usize| {
+        splits == 1 || key_blocks.div_ceil(splits) != key_blocks.div_ceil(splits - 1)
+    };
+    let best = (1..=most)
+        .filter(|&s| changes_shares(s))
+        .map(efficiency)
+        .fold(0.0, f64::max);
+    Ok((1..=most)
+        .filter(|&s| changes_shares(s))
+        .find(|&s| efficiency(s) >= 0.85 * best)
+        .unwrap_or(1))
+}
+
+/// The blocks the split forward runs in: the table's forward for medium lengths, one program a
+/// block (a persistent forward takes every key of its blocks). Where it splits, its query
+/// blocks are mostly rows past the end (a decode step has one), so not the long range's
+/// 256-row D64 blocks.
+fn split_forward_config(
+    p: &AttentionParams,
+    target: Target,
+) -> Result<KernelConfig, AttentionError> {
+    p.validate()?;
+    let medium = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
+        .expect("the table covers every head dim in HEAD_DIMS")
+        .forward;
+    Ok(KernelConfig {
+        persistent: false,
+        ..medium
+    })
+}
+
+/// The f32 elements of the split forward's two workspaces, [`Role::OParts`] and
+/// [`Role::LseParts`], for `splits` splits.
+pub fn split_workspace_len(p: &AttentionParams, splits: usize) -> [usize; 2] {
+    let lse = splits * p.lse_len();
+    [lse * p.head_dim, lse]
+}
+
+/// The forward split `splits` ways over the keys ([`forward_splits`]): the forward at
+/// [`AttentionParams::split_spec`], one program per (query block, head, split), writing each
+/// split's part of O and the LSE into the workspaces, then [`AttentionKernel::Combine`] adding
+/// them up into O and the LSE.
+pub fn forward_split(
+    p: &AttentionParams,
+    layouts: &ForwardLayouts,
+    target: Target,
+    splits: usize,
+) -> Result<[Launch; 2], AttentionError> {
+    let config = split_forward_config(p, target)?;
+    if !(2..=MAX_SPLITS).contains(&splits) {
+        return Err(super::invalid(format!(
+            "a split forward takes 2 to {MAX_SPLITS} splits, got {splits}"
+        )));
+    }
+    let parts = Layout::contiguous(p.seqlen_q, p.heads_q, p.head_dim);
+    let mut split = forward_in(
+        p,
+        &ForwardLayouts {
+            o: parts,
+            ..*layouts
+        },
+        target,
+        config,
+        KeyLength::Medium,
+    )?;
+    for arg in &mut split.args {
+        *arg = match *arg {
+            Arg::Buffer(Role::O) => Arg::Buffer(Role::OParts),
+            Arg::Buffer(Role::Lse) => Arg::Buffer(Role::LseParts),
+            other => other,
+        };
+    }
+    split.name = named(AttentionKernel::Forward, p, target, "_split");
+    split.spec = p.split_spec(config);
+    split.grid[2] = splits as u32;
+    let mut args = vec![
+        Arg::Buffer(Role::OParts),
+        Arg::Buffer(Role::LseParts),
+        Arg::Buffer(Role::O),
+        Arg::Buffer(Role::Lse),
+        Arg::I32(p.seqlen_q as i32),
+        Arg::I32(p.heads_q as i32),
+        Arg::I32(p.batch as i32),
+        Arg::I32(splits as i32),
+    ];
+    args.extend(strides(parts));
+    args.extend(strides(layouts.o));
+    let combine_config = p.config(target)?.combine;
+    let combine = Launch::new(p, AttentionKernel::Combine, target, combine_config, args);
+    Ok([split, combine])
+}
+
 /// The backward pass on `target`, in order, configured as kiln's table says: dQ (with the row
 /// statistics), then dK/dV, or with `p.fused_backward` the preprocessing (the statistics, and
 /// the accumulator zeroed), dK/dV adding dQ into the accumulator, and the dQ conversion.
@@ -518,6 +650,8 @@ fn backward_args(
             args.push(Arg::F32(p.softmax_scale));
             args
         }
-        AttentionKernel::Forward => unreachable!("the forward is not part of the backward"),
+        AttentionKernel::Forward | AttentionKernel::Combine => {
+            unreachable!("the forward is not part of the backward")
+        }
     }
 }

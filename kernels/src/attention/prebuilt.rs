@@ -7,7 +7,7 @@
 use kiln_dsl::{DType, Spec, Target};
 
 use super::plan::{self, AttentionKernel};
-use super::{AttentionParams, HEAD_DIMS, KernelConfig, KeyLength};
+use super::{AttentionParams, HEAD_DIMS, KernelConfig, KeyLength, Layout};
 
 #[path = "../../ptx/mod.rs"]
 mod table;
@@ -27,9 +27,10 @@ pub struct Specialisation {
 }
 
 /// Every specialisation kiln ships: for each dtype, head dim and target, the forward (in each of
-/// its blocks by sequence length, and [`plan::signed_forward`] where there is one) and both
-/// backwards' kernels, masked and not where they read keys (the fused backward's preprocessing
-/// and dQ conversion kernels do not).
+/// its blocks by sequence length, [`plan::signed_forward`] where there is one, and split over
+/// the keys with its combine: [`plan::forward_split`]) and both backwards' kernels, masked and
+/// not where they read keys (the combine and the fused backward's preprocessing and dQ
+/// conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
     let mut all: Vec<Specialisation> = Vec::new();
     for target in Target::ALL {
@@ -60,19 +61,39 @@ pub fn shipped() -> Vec<Specialisation> {
                             // is persistent.
                             let signed = plan::signed_forward(&p, target)
                                 .filter(|_| !fused_backward)
-                                .map(|(config, name)| (AttentionKernel::Forward, config, name));
+                                .map(|(config, name)| {
+                                    let spec = p.spec(AttentionKernel::Forward, config);
+                                    (AttentionKernel::Forward, config, name, spec)
+                                });
+                            // The forward split over the keys, and its combine.
+                            let split = if fused_backward {
+                                Vec::new()
+                            } else {
+                                let layout = Layout::contiguous(seqlen, 1, head_dim);
+                                let layouts = plan::ForwardLayouts {
+                                    q: layout,
+                                    k: layout,
+                                    v: layout,
+                                    o: layout,
+                                };
+                                plan::forward_split(&p, &layouts, target, 2)
+                                    .expect("a shipped head dim")
+                                    .map(|l| (l.kernel, l.config, l.name, l.spec))
+                                    .to_vec()
+                            };
                             let planned = kernels
                                 .into_iter()
                                 .filter(|kernel| !causal || kernel.reads_keys())
                                 .map(|kernel| {
                                     let name = plan::specialisation_name(kernel, &p, target);
-                                    (kernel, config.kernel(kernel), name)
+                                    let config = config.kernel(kernel);
+                                    (kernel, config, name, p.spec(kernel, config))
                                 });
-                            for (kernel, config, name) in planned.chain(signed) {
+                            for (kernel, config, name, spec) in planned.chain(signed).chain(split) {
                                 // Most kernels are the same at every sequence length: one name,
                                 // one specialisation.
                                 if let Some(same) = all.iter().find(|s| s.name == name) {
-                                    debug_assert_eq!(same.spec, p.spec(kernel, config), "{name}");
+                                    debug_assert_eq!(same.spec, spec, "{name}");
                                     continue;
                                 }
                                 all.push(Specialisation {
@@ -80,7 +101,7 @@ pub fn shipped() -> Vec<Specialisation> {
                                     kernel,
                                     target,
                                     config,
-                                    spec: p.spec(kernel, config),
+                                    spec,
                                 });
                             }
                         }

@@ -220,7 +220,7 @@ pub fn attention_config_case(
 pub fn attention_tolerance(name: &str, dtype: DType) -> Tolerance {
     let bars = AttentionTolerance::for_dtype(dtype);
     Tolerance::Relative(match name {
-        "attention_fwd" => bars.o,
+        "attention_fwd" | "attention_fwd_combine" => bars.o,
         "attention_bwd_preprocess" => 1e-4,
         _ => bars.grad,
     })
@@ -883,6 +883,10 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
+    // The forward split over the keys, and its combine, in three splits: at 45 keys (one key
+    // block) two of them empty, at 555 the last one short.
+    const SPLITS: usize = 3;
+    let split = flag_spec(case, "SPLIT") || name == "attention_fwd_combine";
     // The fused backward's kernels: its preprocessing and dQ conversion, and its dK/dV.
     let fused_backward = matches!(
         name,
@@ -927,7 +931,16 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 dk: kl,
                 dv: kl,
             };
-            let launch = if name == "attention_fwd" {
+            let launch = if split {
+                let [forward, combine] =
+                    plan::forward_split(&p, &forward_layouts, case.target, SPLITS)
+                        .expect("a valid call");
+                if name == "attention_fwd" {
+                    forward
+                } else {
+                    combine
+                }
+            } else if name == "attention_fwd" {
                 plan::forward(&p, &forward_layouts, case.target).expect("a valid call")
             } else {
                 plan::backward(&p, &backward_layouts, case.target)
@@ -939,7 +952,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
             // The backward kernels read the interpreter's forward outputs, dK/dV also the row
             // statistics dQ or the preprocessing write (LSE in base 2, delta).
             let stats = p.stats_len();
-            let (o, lse, lse_base2, delta) = if name == "attention_fwd" {
+            let (o, lse, lse_base2, delta) = if name.starts_with("attention_fwd") {
                 (
                     HostBuffer::poisoned(dtype, q_len),
                     HostBuffer::poisoned(DType::F32, rows),
@@ -989,6 +1002,21 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
             // The fused backward's dK/dV adds into a zeroed accumulator, which the
             // preprocessing zeroes (so it starts poisoned there) and the conversion reads (so it
             // holds values).
+            // The split forward writes its parts (so they start poisoned there); the combine
+            // reads them: values, and LSEs of -inf where a split saw none of a row's keys.
+            let [o_parts_len, lse_parts_len] = plan::split_workspace_len(&p, SPLITS);
+            let (o_parts, lse_parts) = if name == "attention_fwd_combine" {
+                let lse_parts = scaled_inputs(DType::F32, lse_parts_len, 27, 2.0);
+                for i in (0..lse_parts_len).step_by(7) {
+                    lse_parts.write_float(i, f32::NEG_INFINITY);
+                }
+                (inputs(DType::F32, o_parts_len, 26), lse_parts)
+            } else {
+                (
+                    HostBuffer::poisoned(DType::F32, o_parts_len),
+                    HostBuffer::poisoned(DType::F32, lse_parts_len),
+                )
+            };
             let dq_accum_len = p.dq_accum_len();
             let dq_accum = match name {
                 "attention_bwd_dkdv" => HostBuffer::zeros(DType::F32, dq_accum_len),
@@ -1008,6 +1036,8 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
                 (plan::Role::Dk, Some(HostBuffer::poisoned(dtype, k_len))),
                 (plan::Role::Dv, Some(HostBuffer::poisoned(dtype, k_len))),
                 (plan::Role::DqAccum, Some(dq_accum)),
+                (plan::Role::OParts, Some(o_parts)),
+                (plan::Role::LseParts, Some(lse_parts)),
             ];
             // The run's buffers are the roles the launch names, in the order it first names them.
             let mut buffers = Vec::new();

@@ -5,7 +5,7 @@
 //! shapes).
 
 use kiln_dsl::{DType, Target};
-use kiln_kernels::attention::check::{Draw, LayoutKind, Tolerance, run_on_interpreter};
+use kiln_kernels::attention::check::{Case, Draw, LayoutKind, Tolerance, run_on_interpreter};
 use kiln_kernels::attention::{AttentionKernel, AttentionParams, plan, prebuilt};
 use kiln_kernels::bench;
 use kiln_kernels::reference::Rng;
@@ -34,14 +34,14 @@ pub fn demo() -> Result<(), String> {
         "kiln demo: attention forward + backward on the CPU interpreter\n  {params} (seed {seed})\n"
     );
     let start = std::time::Instant::now();
-    let report = run_on_interpreter(
-        &params,
-        TARGET,
-        LayoutKind::Packed,
-        Draw::PLAIN,
-        &mut Rng::new(seed),
-    )
-    .map_err(|e| e.to_string())?;
+    let case = Case {
+        params,
+        draw: Draw::PLAIN,
+        layout: LayoutKind::Packed,
+        splits: 1,
+    };
+    let report =
+        run_on_interpreter(&case, TARGET, &mut Rng::new(seed)).map_err(|e| e.to_string())?;
     let tolerance = Tolerance::for_dtype(params.dtype);
     let [dq_terms, dk_terms, dv_terms] = report.conditioned;
     say!("  output                 worst-row error vs f64   bar");

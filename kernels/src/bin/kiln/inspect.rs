@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use kiln_dsl::{Kernel, Spec, SpecValue, Target};
+use kiln_dsl::{DType, Kernel, Spec, SpecValue, Target};
 use kiln_kernels::attention::{
     self, AttentionKernel, CodegenKnobs, HEAD_DIMS, KernelConfig, KeyLength, prebuilt,
 };
@@ -278,6 +278,12 @@ fn table_entry(
         return None;
     };
     let config = config.kernel(kernel);
+    // The forward split over the keys runs one program a block (`plan::forward_split`).
+    let split = kernel == AttentionKernel::Forward && flag("SPLIT");
+    let config = KernelConfig {
+        persistent: config.persistent && !split,
+        ..config
+    };
     let block = |b: usize| SpecValue::Int(b as i64);
     let mut from_table = vec![("BLOCK_M", Some(block(config.block_m)))];
     from_table.push(("BLOCK_N", config.block_n.map(block)));
@@ -285,6 +291,14 @@ fn table_entry(
         for (flag, on) in attention::forward_flags(head_dim, config) {
             from_table.push((flag, Some(SpecValue::Bool(on))));
         }
+        // Unsplit unless asked, its output in T; split, its parts in f32.
+        let out = if split {
+            Some(SpecValue::DType(DType::F32))
+        } else {
+            spec.get("T")
+        };
+        from_table.push(("SPLIT", Some(SpecValue::Bool(split))));
+        from_table.push(("OUT", out));
     }
     if kernel == AttentionKernel::DkDv {
         for (flag, on) in attention::dkdv_flags(fused, config) {
