@@ -239,15 +239,47 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
     let splits = |p: &AttentionParams, programs| {
         plan::forward_splits(p, Target::Sm90a, programs).expect("a valid call")
     };
-    // 32 query blocks on 132 SMs: four splits fill 128 of them (97%, within 85% of the best).
-    assert_eq!(splits(&decode, 132), 4);
+    // 32 heads of one query row each on 132 SMs: four splits fill 128 of them (97%, within 85%
+    // of the best).
+    let mha = AttentionParams {
+        heads_kv: 32,
+        ..decode
+    };
+    assert_eq!(splits(&mha, 132), 4);
+    // With 8 kv heads the 4 query heads of each are the rows of one block: 8 blocks, and 14
+    // splits the fewest that fill 85% of the SMs (112 programs).
+    assert_eq!(splits(&decode, 132), 14);
+    let layout = Layout::contiguous(1, 32, 128);
+    let keys = Layout::contiguous(32768, 8, 128);
+    let layouts = ForwardLayouts {
+        q: layout,
+        k: keys,
+        v: keys,
+        o: layout,
+    };
+    let causal = AttentionParams {
+        causal: true,
+        ..decode
+    };
+    let launch = plan::forward(&causal, &layouts, Target::Sm90a).expect("a valid call");
+    // One row sees every key: the blocks without a mask, of 4 rows a head apart.
+    assert_eq!(launch.name, "attention_fwd_bf16_d128_sm_90a");
+    assert!(
+        launch.args.contains(&plan::Arg::I32(4)),
+        "{:?}",
+        launch.args
+    );
+    let [split, combine] =
+        plan::forward_split(&causal, &layouts, Target::Sm90a, 14).expect("a valid call");
+    assert_eq!(split.grid, [1, 8, 14]);
+    assert_eq!(combine.grid, [1, 8, 1]);
     // As many blocks as SMs, or 80% of them, or one SM: no split.
     assert_eq!(
         splits(
             &AttentionParams {
                 heads_q: 132,
                 heads_kv: 132,
-                ..decode
+                ..mha
             },
             132
         ),
@@ -258,7 +290,7 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
             &AttentionParams {
                 heads_q: 106,
                 heads_kv: 106,
-                ..decode
+                ..mha
             },
             132
         ),
@@ -295,13 +327,6 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
     };
     assert!((100..=plan::MAX_SPLITS).contains(&splits(&one, 132)));
     // A split count outside 2..=MAX_SPLITS is refused, naming it.
-    let layout = Layout::contiguous(1, 32, 128);
-    let layouts = ForwardLayouts {
-        q: layout,
-        k: Layout::contiguous(32768, 8, 128),
-        v: Layout::contiguous(32768, 8, 128),
-        o: layout,
-    };
     for bad in [0, 1, plan::MAX_SPLITS + 1] {
         let err = plan::forward_split(&decode, &layouts, Target::Sm90a, bad)
             .expect_err("a bad split count")

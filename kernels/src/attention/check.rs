@@ -423,6 +423,24 @@ pub fn designed_cases() -> Vec<Case> {
     c.params.softmax_scale = -0.7;
     c.splits = 3;
     cases.push(c);
+    // A decode step of GQA, its groups' heads the rows of one block (`plan`'s `grouped`): causal
+    // (one row sees every key), split, strided.
+    for (mut c, layout, splits) in [
+        (
+            case(BF16, 2, 1, 777, 8, 2, 128, true),
+            LayoutKind::Padded,
+            4,
+        ),
+        (
+            case(F16, 1, 1, 300, 6, 3, 32, false),
+            LayoutKind::HeadsMajor,
+            1,
+        ),
+    ] {
+        c.layout = layout;
+        c.splits = splits;
+        cases.push(c);
+    }
     cases
 }
 

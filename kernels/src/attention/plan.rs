@@ -318,6 +318,7 @@ pub fn forward(
     layouts: &ForwardLayouts,
     target: Target,
 ) -> Result<Launch, AttentionError> {
+    let (p, layouts) = &grouped(p, layouts);
     let config = p.config(target)?.forward;
     if !(config.persistent && p.softmax_scale < 0.0) {
         return forward_with(p, layouts, target, config);
@@ -342,6 +343,7 @@ pub fn forward_with(
     target: Target,
     config: KernelConfig,
 ) -> Result<Launch, AttentionError> {
+    let (p, layouts) = &grouped(p, layouts);
     forward_in(p, layouts, target, config, p.key_length())
 }
 
@@ -386,6 +388,41 @@ fn forward_in(
     ))
 }
 
+/// A forward of one query row (a decode step) with groups of query heads sharing a kv head
+/// (GQA, MQA), seen as a forward whose query rows are a group's heads: each program then
+/// streams its kv head's keys once for the whole group, not once for each of its heads
+/// (FlashAttention-2's `seqlenq_ngroups_swapped`). Query head `kv * group + g` of the one row
+/// is row g of head kv: rows a head apart, heads a group apart, and the LSE's `[batch,
+/// heads_q, 1]` is `[batch, heads_kv, group]` as it lies. One row sees every key, causal or
+/// not (the mask is aligned bottom-right). Any other call is as it was.
+fn grouped(p: &AttentionParams, layouts: &ForwardLayouts) -> (AttentionParams, ForwardLayouts) {
+    let Some(grouped) = grouped_params(p) else {
+        return (*p, *layouts);
+    };
+    let group = p.group() as i64;
+    let rows = |l: Layout| Layout {
+        batch_stride: l.batch_stride,
+        seq_stride: l.head_stride,
+        head_stride: l.head_stride * group,
+    };
+    let layouts = ForwardLayouts {
+        q: rows(layouts.q),
+        o: rows(layouts.o),
+        ..*layouts
+    };
+    (grouped, layouts)
+}
+
+/// [`grouped`]'s call, where it differs.
+fn grouped_params(p: &AttentionParams) -> Option<AttentionParams> {
+    (p.seqlen_q == 1 && p.heads_q > p.heads_kv).then(|| AttentionParams {
+        seqlen_q: p.group(),
+        heads_q: p.heads_kv,
+        causal: false,
+        ..*p
+    })
+}
+
 /// The most ways [`forward_splits`] splits the keys.
 pub const MAX_SPLITS: usize = 128;
 
@@ -401,6 +438,7 @@ pub fn forward_splits(
     target: Target,
     programs: u32,
 ) -> Result<usize, AttentionError> {
+    let p = &grouped_params(p).unwrap_or(*p);
     let config = split_forward_config(p, target)?;
     let programs = programs.max(1) as usize;
     let tiles = p.batch * p.heads_q * p.seqlen_q.div_ceil(config.block_m);
@@ -463,6 +501,7 @@ pub fn forward_split(
     target: Target,
     splits: usize,
 ) -> Result<[Launch; 2], AttentionError> {
+    let (p, layouts) = &grouped(p, layouts);
     let config = split_forward_config(p, target)?;
     if !(2..=MAX_SPLITS).contains(&splits) {
         return Err(super::invalid(format!(
