@@ -29,8 +29,9 @@ fn run<'a>(launch: &Launch, buffer: impl Fn(Role) -> &'a HostBuffer) -> Result<(
     Ok(())
 }
 
-/// Forward as `target` runs it: writes `o` (shaped like `q`) and the natural-log `lse`
-/// (`[batch, heads_q, seqlen_q]`).
+/// Forward as `target` runs it where the call fills the GPU: writes `o` (shaped like `q`) and
+/// the natural-log `lse` (`[batch, heads_q, seqlen_q]`). Where it does not, the GPU splits the
+/// keys ([`forward_in_splits`] runs that).
 pub fn forward(
     p: &AttentionParams,
     target: Target,
