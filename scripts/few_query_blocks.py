@@ -1,0 +1,94 @@
+"""The forward at shapes whose query blocks do not fill the GPU (decode steps, short chunks of
+queries against long keys, GQA and MQA), for several builds of kiln's prebuilt kernels beside
+PyTorch SDPA's FlashAttention-2 and cuDNN backends, on the GPU machine:
+
+    python3 scripts/few_query_blocks.py --bench ../shared/bench a/libkiln_kernels.so [b/...]
+
+Each library's O is poisoned (NaN) first and checked against an fp32 SDPA (the worst row's
+relative error, compare.py's `err`, printed beside FA2's); times are compare.py's `bench_ms`
+(median of 30 samples of 10 calls). kiln splits such a forward over the keys and runs a decode
+step's query heads of one kv head as one block's rows (`plan::forward_splits`, docs/PERF.md,
+thirty-first session); the last shapes fill the GPU and must not change.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+# B, Nq, Nk, heads q, heads kv, D, causal
+SHAPES = [
+    (1, 1, 8192, 32, 8, 128, False),
+    (1, 1, 32768, 32, 8, 128, False),
+    (1, 1, 131072, 32, 8, 128, False),
+    (4, 1, 16384, 32, 32, 128, False),
+    (8, 1, 8192, 32, 8, 128, False),
+    (1, 1, 32768, 16, 16, 64, False),
+    (1, 1, 32768, 32, 4, 64, False),
+    (2, 1, 65536, 64, 8, 128, True),
+    (1, 128, 65536, 16, 16, 128, False),
+    (1, 128, 65536, 16, 16, 128, True),
+    (1, 512, 131072, 16, 16, 128, True),
+    (2, 1024, 32768, 16, 16, 128, True),
+    (1, 2048, 16384, 16, 16, 64, False),
+    (4, 4096, 4096, 16, 16, 128, False),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True, help="the folder of compare.py and kiln_ctypes.py")
+    ap.add_argument("libs", nargs="+")
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.abspath(a.bench))
+    import kiln_ctypes as kc
+    from compare import bench_ms, err
+
+    libs = [kc.load(p) for p in a.libs]
+    names = " ".join(f"kiln{i}_ms" for i in range(len(libs)))
+    print(f"{'B':>2} {'Nq':>5} {'Nk':>6} {'Hq':>3} {'Hkv':>3} {'D':>3} c | {names} fa2_ms cudnn_ms"
+          " | err kilns / fa2", flush=True)
+    for (B, Nq, Nk, Hq, Hkv, D, causal) in SHAPES:
+        torch.manual_seed(0)
+        q = torch.randn(B, Nq, Hq, D, device="cuda", dtype=torch.bfloat16)
+        k, v = [torch.randn(B, Nk, Hkv, D, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+        rep = Hq // Hkv
+        qt = q.transpose(1, 2).contiguous()
+        kt = k.transpose(1, 2).repeat_interleave(rep, 1).contiguous()
+        vt = v.transpose(1, 2).repeat_interleave(rep, 1).contiguous()
+        mask = causal_lower_right(Nq, Nk) if causal else None
+        ref = F.scaled_dot_product_attention(qt.float(), kt.float(), vt.float(), attn_mask=mask)
+        ref = ref.transpose(1, 2)
+        times, errors = [], []
+        for lib in libs:
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full((B, Hq, Nq), float("nan"), device="cuda")
+            call = kc.forward_call(lib, q, k, v, o, lse, causal=causal)
+            call()
+            torch.cuda.synchronize()
+            written = bool(torch.isfinite(o).all() and torch.isfinite(lse).all())
+            errors.append(err(o, ref) if written else float("inf"))
+            times.append(bench_ms(call))
+        sdpa = {}
+        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    f = lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask)  # noqa: E731
+                    sdpa[name + "_err"] = err(f().transpose(1, 2), ref)
+                    sdpa[name] = bench_ms(f)
+            except Exception:  # noqa: BLE001
+                sdpa[name] = float("nan")
+        print(f"{B:2d} {Nq:5d} {Nk:6d} {Hq:3d} {Hkv:3d} {D:3d} {int(causal)} | "
+              + " ".join(f"{t:8.3f}" for t in times)
+              + f" {sdpa['fa2']:7.3f} {sdpa['cudnn']:8.3f} | "
+              + " ".join(f"{e:.1e}" for e in errors)
+              + f" / {sdpa.get('fa2_err', float('nan')):.1e}", flush=True)
+        del q, k, v, qt, kt, vt, ref
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
