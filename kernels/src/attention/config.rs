@@ -483,6 +483,15 @@ impl AttentionConfig {
         }
     }
 
+    /// The forward split over the keys (`plan::forward_split`): the forward's blocks, one
+    /// program a block (a persistent forward takes every key of its blocks).
+    pub fn split_forward(&self) -> KernelConfig {
+        KernelConfig {
+            persistent: false,
+            ..self.forward
+        }
+    }
+
     /// This configuration with `kernel`'s replaced by `config`.
     pub fn with(mut self, kernel: AttentionKernel, config: KernelConfig) -> AttentionConfig {
         *match kernel {

@@ -66,19 +66,15 @@ pub fn forward_in_splits(
         v: v.layout,
         o: o.layout,
     };
-    if splits == 1 {
-        return run(&plan::forward(p, &layouts, target)?, |role| match role {
-            Role::Q => q.buffer,
-            Role::K => k.buffer,
-            Role::V => v.buffer,
-            Role::O => o.buffer,
-            Role::Lse => lse,
-            other => unreachable!("the forward plan names no {other:?}"),
-        });
-    }
-    let launches = plan::forward_split(p, &layouts, target, splits)?;
-    let [o_parts, lse_parts] =
-        plan::split_workspace_len(p, splits).map(|len| HostBuffer::poisoned(DType::F32, len));
+    // Split, the forward writes its parts into a workspace (poisoned: the combine must read
+    // only what was written) and the combine adds them up.
+    let (launches, parts) = if splits == 1 {
+        (vec![plan::forward(p, &layouts, target)?], [0, 0])
+    } else {
+        let launches = plan::forward_split(p, &layouts, target, splits)?.to_vec();
+        (launches, plan::split_workspace_len(p, splits))
+    };
+    let [o_parts, lse_parts] = parts.map(|len| HostBuffer::poisoned(DType::F32, len));
     for launch in &launches {
         run(launch, |role| match role {
             Role::Q => q.buffer,
@@ -88,7 +84,7 @@ pub fn forward_in_splits(
             Role::Lse => lse,
             Role::OParts => &o_parts,
             Role::LseParts => &lse_parts,
-            other => unreachable!("the split forward plan names no {other:?}"),
+            other => unreachable!("the forward plan names no {other:?}"),
         })?;
     }
     Ok(())

@@ -256,7 +256,7 @@ impl AttentionParams {
             AttentionKernel::Forward => forward_flags(self.head_dim, config)
                 .into_iter()
                 .fold(spec, |spec, (name, on)| spec.flag(name, on))
-                .dtype("OUT", if split { DType::F32 } else { self.dtype })
+                .dtype("OUT", forward_out(self.dtype, split))
                 .flag("SPLIT", split),
             AttentionKernel::DkDv => dkdv_flags(self.fused_backward, config)
                 .into_iter()
@@ -312,6 +312,12 @@ pub fn forward_flags(head_dim: usize, config: KernelConfig) -> [(&'static str, b
             config.wgmma && (config.persistent || matches!(head_dim, 32 | 128)),
         ),
     ]
+}
+
+/// The forward's output dtype (`OUT`) for inputs of `dtype`: theirs, or split over the keys
+/// ([`plan::forward_split`]), f32 parts for the combine to add up.
+pub fn forward_out(dtype: DType, split: bool) -> DType {
+    if split { DType::F32 } else { dtype }
 }
 
 /// dK/dV's flags in `config`: for the fused backward it adds dQ into an accumulator

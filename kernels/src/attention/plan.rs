@@ -466,22 +466,19 @@ pub fn forward_splits(
         .unwrap_or(1))
 }
 
-/// The blocks the split forward runs in: the table's forward for medium lengths, one program a
-/// block (a persistent forward takes every key of its blocks). Where it splits, its query
-/// blocks are mostly rows past the end (a decode step has one), so not the long range's
-/// 256-row D64 blocks.
+/// The blocks the split forward runs in: the table's entry for medium lengths
+/// ([`AttentionConfig::split_forward`]). Where it splits, its query blocks are mostly rows past
+/// the end (a decode step has one), so not the long range's 256-row D64 blocks.
 fn split_forward_config(
     p: &AttentionParams,
     target: Target,
 ) -> Result<KernelConfig, AttentionError> {
     p.validate()?;
-    let medium = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
-        .expect("the table covers every head dim in HEAD_DIMS")
-        .forward;
-    Ok(KernelConfig {
-        persistent: false,
-        ..medium
-    })
+    Ok(
+        config(p.head_dim, p.causal, false, target, KeyLength::Medium)
+            .expect("the table covers every head dim in HEAD_DIMS")
+            .split_forward(),
+    )
 }
 
 /// The f32 elements of the split forward's two workspaces, [`Role::OParts`] and

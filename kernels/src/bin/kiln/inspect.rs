@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use kiln_dsl::{DType, Kernel, Spec, SpecValue, Target};
+use kiln_dsl::{Kernel, Spec, SpecValue, Target};
 use kiln_kernels::attention::{
     self, AttentionKernel, CodegenKnobs, HEAD_DIMS, KernelConfig, KeyLength, prebuilt,
 };
@@ -277,12 +277,12 @@ fn table_entry(
         );
         return None;
     };
-    let config = config.kernel(kernel);
-    // The forward split over the keys runs one program a block (`plan::forward_split`).
+    // The forward split over the keys runs its own blocks (`plan::forward_split`).
     let split = kernel == AttentionKernel::Forward && flag("SPLIT");
-    let config = KernelConfig {
-        persistent: config.persistent && !split,
-        ..config
+    let config = if split {
+        config.split_forward()
+    } else {
+        config.kernel(kernel)
     };
     let block = |b: usize| SpecValue::Int(b as i64);
     let mut from_table = vec![("BLOCK_M", Some(block(config.block_m)))];
@@ -291,11 +291,10 @@ fn table_entry(
         for (flag, on) in attention::forward_flags(head_dim, config) {
             from_table.push((flag, Some(SpecValue::Bool(on))));
         }
-        // Unsplit unless asked, its output in T; split, its parts in f32.
-        let out = if split {
-            Some(SpecValue::DType(DType::F32))
-        } else {
-            spec.get("T")
+        // Unsplit unless asked; its output dtype follows T.
+        let out = match spec.get("T") {
+            Some(SpecValue::DType(t)) => Some(SpecValue::DType(attention::forward_out(t, split))),
+            _ => None,
         };
         from_table.push(("SPLIT", Some(SpecValue::Bool(split))));
         from_table.push(("OUT", out));
