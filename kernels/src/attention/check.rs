@@ -414,6 +414,12 @@ pub fn designed_cases() -> Vec<Case> {
         (case(BF16, 1, 70, 1100, 2, 2, 256, false), 2),
         (case(BF16, 1, 129, 1031, 2, 1, 128, false), 7),
         (case(F16, 1, 33, 65, 2, 2, 64, true), 9),
+        // Few rows a head run the decode blocks (`DECODE_ROWS`): one row of MHA, a block's
+        // worth of rows causal, one short of it, and one row past them (the split blocks).
+        (case(F16, 1, 1, 2000, 4, 4, 64, false), 6),
+        (case(BF16, 1, 16, 600, 2, 2, 32, true), 3),
+        (case(F16, 1, 15, 900, 4, 4, 256, false), 4),
+        (case(BF16, 1, 17, 500, 2, 1, 128, true), 2),
     ] {
         c.splits = splits;
         cases.push(c);

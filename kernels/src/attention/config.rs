@@ -85,6 +85,10 @@ use super::plan::AttentionKernel;
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
+/// The most query rows a head (a GQA group's heads counted as rows) whose split forward runs
+/// [`AttentionConfig::decode`]'s blocks.
+pub const DECODE_ROWS: usize = 16;
+
 /// How one kernel is specialised and launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelConfig {
@@ -462,6 +466,9 @@ impl std::str::FromStr for KernelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionConfig {
     pub forward: KernelConfig,
+    /// The forward split over the keys where a head has at most [`DECODE_ROWS`] query rows (a
+    /// decode step, a GQA group's): blocks of 16 rows whose warps take keys of their own.
+    pub decode: KernelConfig,
     /// The split forward's combine.
     pub combine: KernelConfig,
     pub preprocess: KernelConfig,
@@ -754,8 +761,19 @@ pub fn config(
         // Not tuned for the fused backward: the split one's.
         _ => dkdv,
     };
+    // A decode step's 16-row block (its rows past the end are work for nothing in any block)
+    // on `mma.sync` at every target, its warps side by side along the keys, `P @ V` reading P
+    // from shared memory; as many keys a tile as keep two programs an SM.
+    let decode = match head_dim {
+        32 => c(16, 256, 4, 3),
+        64 => c(16, 128, 4, 3),
+        128 => c(16, 64, 4, 3),
+        _ => c(16, 64, 4, 2),
+    }
+    .with_partial_sums();
     Some(AttentionConfig {
         forward,
+        decode,
         // Row-wise like the preprocessing kernel.
         combine: preprocess,
         preprocess,
@@ -780,7 +798,12 @@ pub fn all_block_sizes() -> Vec<usize> {
             })
         })
         .flatten()
-        .flat_map(|c| AttentionKernel::ALL.map(|k| c.kernel(k)))
+        .flat_map(|c| {
+            AttentionKernel::ALL
+                .map(|k| c.kernel(k))
+                .into_iter()
+                .chain([c.decode])
+        })
         .flat_map(|k| [Some(k.block_m), k.block_n])
         .flatten()
         .collect();

@@ -22,7 +22,9 @@ use std::fmt;
 
 use kiln_dsl::{HostBuffer, Spec};
 
-pub use config::{AttentionConfig, CodegenKnobs, HEAD_DIMS, KernelConfig, KeyLength, config};
+pub use config::{
+    AttentionConfig, CodegenKnobs, DECODE_ROWS, HEAD_DIMS, KernelConfig, KeyLength, config,
+};
 // What a call names, so that a caller needs no other kiln crate.
 pub use kiln_dsl::{DType, Target};
 pub use plan::AttentionKernel;

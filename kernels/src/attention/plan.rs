@@ -5,8 +5,8 @@
 use kiln_dsl::{Kernel, Spec, Target};
 
 use super::{
-    AttentionConfig, AttentionError, AttentionParams, KernelConfig, KeyLength, Layout, backward,
-    config, forward,
+    AttentionConfig, AttentionError, AttentionParams, DECODE_ROWS, KernelConfig, KeyLength, Layout,
+    backward, config, forward,
 };
 
 /// One of the attention kernels: the forward and, where it splits the keys, its combine; the
@@ -439,7 +439,7 @@ pub fn forward_splits(
     programs: u32,
 ) -> Result<usize, AttentionError> {
     let p = &grouped_params(p).unwrap_or(*p);
-    let config = split_forward_config(p, target)?;
+    let (config, _) = split_forward_config(p, target)?;
     let programs = programs.max(1) as usize;
     let tiles = p.batch * p.heads_q * p.seqlen_q.div_ceil(config.block_m);
     if tiles * 5 >= programs * 4 {
@@ -466,19 +466,22 @@ pub fn forward_splits(
         .unwrap_or(1))
 }
 
-/// The blocks the split forward runs in: the table's entry for medium lengths
-/// ([`AttentionConfig::split_forward`]). Where it splits, its query blocks are mostly rows past
-/// the end (a decode step has one), so not the long range's 256-row D64 blocks.
+/// The blocks the split forward runs in, with its name's variant: with at most [`DECODE_ROWS`]
+/// query rows a head (after [`grouped`]), the table's decode blocks
+/// ([`AttentionConfig::decode`]); else its entry for medium lengths
+/// ([`AttentionConfig::split_forward`]): where it splits, its query blocks are mostly rows past
+/// the end, so not the long range's 256-row D64 blocks.
 fn split_forward_config(
     p: &AttentionParams,
     target: Target,
-) -> Result<KernelConfig, AttentionError> {
+) -> Result<(KernelConfig, &'static str), AttentionError> {
     p.validate()?;
-    Ok(
-        config(p.head_dim, p.causal, false, target, KeyLength::Medium)
-            .expect("the table covers every head dim in HEAD_DIMS")
-            .split_forward(),
-    )
+    let table = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
+        .expect("the table covers every head dim in HEAD_DIMS");
+    Ok(match p.seqlen_q <= DECODE_ROWS {
+        true => (table.decode, "_decode"),
+        false => (table.split_forward(), "_split"),
+    })
 }
 
 /// The f32 elements of the split forward's two workspaces, [`Role::OParts`] and
@@ -499,7 +502,7 @@ pub fn forward_split(
     splits: usize,
 ) -> Result<[Launch; 2], AttentionError> {
     let (p, layouts) = &grouped(p, layouts);
-    let config = split_forward_config(p, target)?;
+    let (config, variant) = split_forward_config(p, target)?;
     if !(2..=MAX_SPLITS).contains(&splits) {
         return Err(super::invalid(format!(
             "a split forward takes 2 to {MAX_SPLITS} splits, got {splits}"
@@ -523,7 +526,7 @@ pub fn forward_split(
             other => other,
         };
     }
-    split.name = named(AttentionKernel::Forward, p, target, "_split");
+    split.name = named(AttentionKernel::Forward, p, target, variant);
     split.spec = p.split_spec(config);
     split.grid[2] = splits as u32;
     let mut args = vec![

@@ -65,7 +65,8 @@ pub fn shipped() -> Vec<Specialisation> {
                                     let spec = p.spec(AttentionKernel::Forward, config);
                                     (AttentionKernel::Forward, config, name, spec)
                                 });
-                            // The forward split over the keys, and its combine.
+                            // The forward split over the keys, and its combine, in its
+                            // blocks for many query rows and for a decode step's.
                             let split = if fused_backward {
                                 Vec::new()
                             } else {
@@ -76,10 +77,15 @@ pub fn shipped() -> Vec<Specialisation> {
                                     v: layout,
                                     o: layout,
                                 };
-                                plan::forward_split(&p, &layouts, target, 2)
-                                    .expect("a shipped head dim")
+                                let decode = AttentionParams { seqlen_q: 1, ..p };
+                                [p, decode]
+                                    .iter()
+                                    .flat_map(|p| {
+                                        plan::forward_split(p, &layouts, target, 2)
+                                            .expect("a shipped head dim")
+                                    })
                                     .map(|l| (l.kernel, l.config, l.name, l.spec))
-                                    .to_vec()
+                                    .collect()
                             };
                             let planned = kernels
                                 .into_iter()

@@ -16,8 +16,8 @@ use kiln_dsl::prelude::*;
 use kiln_dsl::{HostBuffer, Kernel, KernelArg, SpecValue, kernel};
 use kiln_kernels::attention::check::{LayoutKind, Tolerance as AttentionTolerance};
 use kiln_kernels::attention::{
-    AttentionKernel, AttentionParams, CodegenKnobs, KernelConfig, Tensor, cpu, dkdv_dq_by_turns,
-    plan, prebuilt,
+    AttentionKernel, AttentionParams, CodegenKnobs, DECODE_ROWS, KernelConfig, Tensor, cpu,
+    dkdv_dq_by_turns, plan, prebuilt,
 };
 use kiln_kernels::general::{gemm, layernorm, reduce, softmax, transpose};
 
@@ -893,8 +893,18 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
         "attention_bwd_preprocess" | "attention_bwd_dq_convert"
     ) || flag_spec(case, "ACCUMULATE_DQ");
     let query_loop = (fused_backward && name == "attention_bwd_dkdv").then_some((200, 70, 1));
-    [(70usize, 45usize, 2usize), (45, 70, 2), (40, 555, 1)]
-        .into_iter()
+    // The split forward of a decode step's few rows (`plan::forward_split`'s decode blocks):
+    // one row against one key block, one row of two heads sharing a kv head (grouped: two rows
+    // of one head) against 555 keys, and 13 rows (a block's worth, causal a bottom-right mask
+    // inside the block) against 300.
+    let decode = split && int_spec(case, "BLOCK_M") <= DECODE_ROWS;
+    let shapes: &[(usize, usize, usize)] = match decode {
+        true => &[(1, 45, 2), (1, 555, 1), (13, 300, 2)],
+        false => &[(70, 45, 2), (45, 70, 2), (40, 555, 1)],
+    };
+    shapes
+        .iter()
+        .copied()
         .chain(query_loop)
         .map(|(seqlen_q, seqlen_k, heads_kv)| {
             let p = AttentionParams {
