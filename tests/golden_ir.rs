@@ -89,12 +89,17 @@ fn forward_split_causal_f16_d64() {
     );
 }
 
-/// The split forward's combine: the parts weighed by their LSEs.
+/// The split forward's combine: a row's parts, a tile of splits at a time, weighed by their
+/// LSEs.
 #[test]
 fn forward_combine_f16_d64() {
+    let spec = Spec::new()
+        .dtype("T", DType::F16)
+        .int("HEAD_DIM", 64)
+        .int("SPLIT_BLOCK", 16);
     golden(
         "attention_fwd_combine",
-        forward::attention_fwd_combine::build(&spec(None, false)).unwrap(),
+        forward::attention_fwd_combine::build(&spec).unwrap(),
     );
 }
 

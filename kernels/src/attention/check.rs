@@ -420,6 +420,8 @@ pub fn designed_cases() -> Vec<Case> {
         (case(BF16, 1, 16, 600, 2, 2, 32, true), 3),
         (case(F16, 1, 15, 900, 4, 4, 256, false), 4),
         (case(BF16, 1, 17, 500, 2, 1, 128, true), 2),
+        // More splits than key blocks and than two of the combine's tiles of splits.
+        (case(F16, 1, 3, 2500, 2, 2, 64, false), 40),
     ] {
         c.splits = splits;
         cases.push(c);

@@ -93,7 +93,8 @@ pub const DECODE_ROWS: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelConfig {
     /// Query rows per program (forward, dQ, the fused backward's preprocessing and dQ
-    /// conversion) or per streamed tile (dK/dV).
+    /// conversion) or per streamed tile (dK/dV); the split forward's combine, one query row a
+    /// program, takes this many splits a tile (`SPLIT_BLOCK`).
     pub block_m: usize,
     /// Key rows per streamed tile (forward, dQ) or per program (dK/dV); `None` for the
     /// fused backward's preprocessing and dQ conversion kernels, which read no keys.
@@ -774,8 +775,11 @@ pub fn config(
     Some(AttentionConfig {
         forward,
         decode,
-        // Row-wise like the preprocessing kernel.
-        combine: preprocess,
+        // One query row a program, 16 splits a tile: a decode step splits its keys 2-16 ways.
+        combine: KernelConfig {
+            block_n: None,
+            ..c(16, 0, 4, 1)
+        },
         preprocess,
         dq,
         dkdv,
@@ -784,7 +788,8 @@ pub fn config(
     })
 }
 
-/// Every block size the attention kernels use, for tests that step just below and above each.
+/// Every block size the attention kernels use, for tests that step just below and above each
+/// (the combine's splits a tile are no sequence's block).
 pub fn all_block_sizes() -> Vec<usize> {
     let mut sizes: Vec<usize> = Target::ALL
         .into_iter()
@@ -800,8 +805,9 @@ pub fn all_block_sizes() -> Vec<usize> {
         .flatten()
         .flat_map(|c| {
             AttentionKernel::ALL
-                .map(|k| c.kernel(k))
                 .into_iter()
+                .filter(|&k| k != AttentionKernel::Combine)
+                .map(move |k| c.kernel(k))
                 .chain([c.decode])
         })
         .flat_map(|k| [Some(k.block_m), k.block_n])

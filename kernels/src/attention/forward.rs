@@ -154,15 +154,17 @@ pub fn attention_fwd<
     }
 }
 
-/// The split forward's last step, one program per (query block, batch x query head): each
-/// split wrote its keys' O (divided by its own row sum) and LSE into a workspace, `o_parts`
+/// The split forward's last step, one program per (query row, batch x query head): each split
+/// wrote its keys' O (divided by its own row sum) and LSE into a workspace, `o_parts`
 /// `[splits * batches, seqlen_q, heads_q, HEAD_DIM]` (split s's batches after the splits
 /// before, with the given strides) and `lse_parts` `[splits * batches, heads_q, seqlen_q]`;
 /// this writes `O = sum_s exp(lse_s - lse) O_s` and `lse = log sum_s exp(lse_s)`. A split that
 /// saw none of a row's keys has `lse_s = -inf`, weight 0; a row no split saw gets O = 0 and
-/// LSE = -inf, as an unsplit forward gives it.
+/// LSE = -inf, as an unsplit forward gives it. The row's parts are the rows of one tile,
+/// `SPLIT_BLOCK` splits at a time: loaded together, not one split's after another's, so that a
+/// decode step's few programs wait for memory once (FlashDecoding's combine).
 #[kernel]
-pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
+pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const SPLIT_BLOCK: usize>(
     o_parts: Ptr<f32>,
     lse_parts: Ptr<f32>,
     o: Ptr<T>,
@@ -179,44 +181,42 @@ pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
     o_head_stride: i64,
 ) {
     check_head_dim::<HEAD_DIM>();
-    let start_m = program_id(0);
+    let row = program_id(0);
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;
     let head = batch_head % heads_q;
-    let offs_m = start_m * BLOCK_M + arange(0, BLOCK_M);
-    // Online over the splits, in base 2 as the forward's row max is: `m` the largest LSE so
-    // far, `l` the sum of each split's weight relative to it.
-    let mut m = full([BLOCK_M], f32::NEG_INFINITY, f32);
-    let mut l = zeros([BLOCK_M], f32);
-    let mut acc = zeros([BLOCK_M, HEAD_DIM], f32);
-    for split in 0..splits {
-        let part_batch = split * batches + batch;
-        let part_rows = lse_parts + (part_batch * heads_q + head).to::<i64>() * seqlen_q + offs_m;
-        let lse_s = load(part_rows, offs_m < seqlen_q) * f32::consts::LOG2_E;
+    let offs_d = arange(0, HEAD_DIM).expand_dims(0);
+    // Online over the tiles of splits, in base 2 as the forward's row max is: `m` the largest
+    // LSE so far, `l` the sum of each split's weight relative to it. One-element tiles: the
+    // row's, as `store_rows` takes a block of rows.
+    let mut m = full([1], f32::NEG_INFINITY, f32);
+    let mut l = zeros([1], f32);
+    let mut acc = zeros([1, HEAD_DIM], f32);
+    for first in (0..splits).step_by(SPLIT_BLOCK) {
+        let split = first + arange(0, SPLIT_BLOCK);
+        let inside = split < splits;
+        let part_batch = (split * batches + batch).to::<i64>();
+        let lse_rows = lse_parts + (part_batch * heads_q + head) * seqlen_q + row;
+        let lse_s =
+            (load(lse_rows, inside, f32::NEG_INFINITY) * f32::consts::LOG2_E).expand_dims(1);
+        let part_rows = o_parts
+            + part_batch * part_batch_stride
+            + head.to::<i64>() * part_head_stride
+            + row.to::<i64>() * part_seq_stride;
         let o_s = load(
-            head_rows_from::<f32, HEAD_DIM, BLOCK_M>(
-                o_parts,
-                batches * splits,
-                heads_q,
-                seqlen_q,
-                part_batch_stride,
-                part_head_stride,
-                part_seq_stride,
-                part_batch,
-                head,
-                start_m * BLOCK_M,
-            ),
-            [0],
+            part_rows.expand_dims(1) + offs_d,
+            inside.expand_dims(1),
+            0.0,
         );
-        let m_new = maximum(m, lse_s);
+        let m_new = maximum(m, lse_s.max(0));
         let m_safe = where_(m_new == f32::NEG_INFINITY, 0.0, m_new);
         let alpha = exp2(m - m_safe);
-        let weight = exp2(lse_s - m_safe);
-        l = l * alpha + weight;
-        acc = acc * alpha.expand_dims(1) + o_s * weight.expand_dims(1);
+        let weight = exp2(lse_s - m_safe.expand_dims(0));
+        l = l * alpha + weight.sum(0);
+        acc = acc * alpha.expand_dims(1) + (o_s * weight).sum(0).expand_dims(0);
         m = m_new;
     }
-    store_rows::<T, HEAD_DIM, BLOCK_M>(
+    store_rows::<T, HEAD_DIM, 1>(
         acc,
         l,
         m,
@@ -228,8 +228,8 @@ pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const BLOCK_M: usize>(
         o_batch_stride,
         o_seq_stride,
         o_head_stride,
-        start_m,
-        offs_m,
+        row,
+        row + arange(0, 1),
         batch,
         head,
         batch_head,

@@ -246,7 +246,7 @@ impl AttentionParams {
         let spec = Spec::new()
             .dtype("T", self.dtype)
             .int("HEAD_DIM", self.head_dim as i64)
-            .int("BLOCK_M", config.block_m as i64);
+            .int(kernel.block_m_param(), config.block_m as i64);
         // The preprocessing and dQ conversion kernels read no keys: no key block, no mask.
         let spec = match config.block_n {
             None => spec,

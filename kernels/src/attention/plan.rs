@@ -63,6 +63,15 @@ impl AttentionKernel {
         }
     }
 
+    /// The spec parameter that [`KernelConfig::block_m`] sets: query rows a program or a
+    /// streamed tile, but for the combine's splits a tile.
+    pub fn block_m_param(self) -> &'static str {
+        match self {
+            AttentionKernel::Combine => "SPLIT_BLOCK",
+            _ => "BLOCK_M",
+        }
+    }
+
     /// The kernel's name, as its `#[kernel]` fn is called.
     pub fn name(self) -> &'static str {
         self.signature().name
@@ -235,10 +244,11 @@ impl Launch {
         args: Vec<Arg>,
         keys: KeyLength,
     ) -> Launch {
-        // One program per block of query rows for each query head; dK/dV's per block of keys
-        // for each kv head.
+        // One program per block of query rows for each query head (the combine's blocks are
+        // one row); dK/dV's per block of keys for each kv head.
         let (rows, block, heads) = match (kernel, config.block_n) {
             (AttentionKernel::DkDv, Some(block_n)) => (p.seqlen_k, block_n, p.heads_kv),
+            (AttentionKernel::Combine, _) => (p.seqlen_q, 1, p.heads_q),
             _ => (p.seqlen_q, config.block_m, p.heads_q),
         };
         let blocks = rows.div_ceil(block) as u32;

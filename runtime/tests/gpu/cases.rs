@@ -883,9 +883,14 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     let name = case.kernel.name();
     let head_dim = int_spec(case, "HEAD_DIM");
     let causal = flag_spec(case, "CAUSAL");
-    // The forward split over the keys, and its combine, in three splits: at 45 keys (one key
-    // block) two of them empty, at 555 the last one short.
-    const SPLITS: usize = 3;
+    // The forward split over the keys in three splits: at 45 keys (one key block) two of them
+    // empty, at 555 the last one short. Its combine in 37: three tiles of splits, the last
+    // short.
+    let splits = if name == "attention_fwd_combine" {
+        37
+    } else {
+        3
+    };
     let split = flag_spec(case, "SPLIT") || name == "attention_fwd_combine";
     // The fused backward's kernels: its preprocessing and dQ conversion, and its dK/dV.
     let fused_backward = matches!(
@@ -897,7 +902,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
     // one row against one key block, one row of two heads sharing a kv head (grouped: two rows
     // of one head) against 555 keys, and 13 rows (a block's worth, causal a bottom-right mask
     // inside the block) against 300.
-    let decode = split && int_spec(case, "BLOCK_M") <= DECODE_ROWS;
+    let decode = flag_spec(case, "SPLIT") && int_spec(case, "BLOCK_M") <= DECODE_ROWS;
     let shapes: &[(usize, usize, usize)] = match decode {
         true => &[(1, 45, 2), (1, 555, 1), (13, 300, 2)],
         false => &[(70, 45, 2), (45, 70, 2), (40, 555, 1)],
@@ -943,7 +948,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
             };
             let launch = if split {
                 let [forward, combine] =
-                    plan::forward_split(&p, &forward_layouts, case.target, SPLITS)
+                    plan::forward_split(&p, &forward_layouts, case.target, splits)
                         .expect("a valid call");
                 if name == "attention_fwd" {
                     forward
@@ -1014,7 +1019,7 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
             // holds values).
             // The split forward writes its parts (so they start poisoned there); the combine
             // reads them: values, and LSEs of -inf where a split saw none of a row's keys.
-            let [o_parts_len, lse_parts_len] = plan::split_workspace_len(&p, SPLITS);
+            let [o_parts_len, lse_parts_len] = plan::split_workspace_len(&p, splits);
             let (o_parts, lse_parts) = if name == "attention_fwd_combine" {
                 let lse_parts = scaled_inputs(DType::F32, lse_parts_len, 27, 2.0);
                 for i in (0..lse_parts_len).step_by(7) {

@@ -285,7 +285,7 @@ fn table_entry(
         config.kernel(kernel)
     };
     let block = |b: usize| SpecValue::Int(b as i64);
-    let mut from_table = vec![("BLOCK_M", Some(block(config.block_m)))];
+    let mut from_table = vec![(kernel.block_m_param(), Some(block(config.block_m)))];
     from_table.push(("BLOCK_N", config.block_n.map(block)));
     if kernel == AttentionKernel::Forward {
         for (flag, on) in attention::forward_flags(head_dim, config) {
