@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::{result, sys};
 
@@ -65,6 +66,18 @@ impl Context {
         self.raw as sys::CUcontext
     }
 
+    /// The driver's id of the context, unique among the contexts of the process's lifetime
+    /// (unlike its handle, which a context made later may reuse).
+    pub fn id(&self) -> Result<u64> {
+        let mut id = 0;
+        // Safety: the context is valid for the process (see the type's docs); `id` is an
+        // out-pointer.
+        unsafe { sys::cuCtxGetId(self.raw(), &mut id) }
+            .result()
+            .map_err(|e| RuntimeError::driver("reading the context's id", e))?;
+        Ok(id)
+    }
+
     /// The device's compute capability, `(major, minor)`.
     pub fn compute_capability(&self) -> Result<(i32, i32)> {
         let attribute = |a| {
@@ -91,8 +104,14 @@ impl Context {
         Ok(count.max(1) as u32)
     }
 
-    /// Runs `f` with this context current on the calling thread, restoring what was current.
+    /// Runs `f` with this context current on the calling thread, restoring what was current
+    /// (nothing to do where it is current already, as for every C call).
     pub(crate) fn with_current<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let current = result::ctx::get_current()
+            .map_err(|e| RuntimeError::driver("reading the current context", e))?;
+        if current == Some(self.raw()) {
+            return f();
+        }
         // Safety: the context is valid for the process (see the type's docs).
         unsafe { sys::cuCtxPushCurrent_v2(self.raw()) }
             .result()
@@ -113,50 +132,103 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Loads the driver library and initialises it; an error without one.
+/// Loads the driver library and initialises it, once a process (every C call comes here, and
+/// probing for the library opens it by each of its candidate names); an error without one.
 pub(crate) fn init() -> Result<()> {
+    static DONE: OnceLock<()> = OnceLock::new();
+    if DONE.get().is_some() {
+        return Ok(());
+    }
     if !driver_present() {
         return Err(RuntimeError::NoDriver);
     }
-    result::init().map_err(|e| RuntimeError::driver("initialising the driver", e))
+    result::init().map_err(|e| RuntimeError::driver("initialising the driver", e))?;
+    let _ = DONE.set(());
+    Ok(())
 }
 
 /// A stream handle as C callers pass it (`CUstream`; null is the legacy default stream).
 pub type RawStream = *mut c_void;
 
-/// Device memory allocated in the order of a caller's stream (`cuMemAllocAsync`) and freed in
-/// it when dropped (`cuMemFreeAsync`): work queued on the stream before the drop may use it, as
-/// the split forward's kernels use their workspace, where the C interface gives none.
-#[derive(Debug)]
-pub struct StreamScratch {
-    address: sys::CUdeviceptr,
-    stream: RawStream,
+/// Device memory kept between calls, one allocation per (context, stream), for kernels that need
+/// a workspace the caller does not give (the split forward's parts in the C interface). A call's
+/// kernels run in its stream's order, after the kernels of the call before on that stream, so
+/// they may use the same memory; a call that needs more frees the old allocation in the
+/// stream's order and keeps a larger one. Against allocating and freeing each call
+/// (`cuMemAllocAsync`, `cuMemFreeAsync`) this saves about 1 us of the GPU's time a call and more
+/// of the host's (docs/PERF.md, thirty-second session); what a stream keeps is twice its
+/// largest need, which the planner bounds (a split forward's parts are a few tiles an SM). Keys
+/// are the driver's unique ids of the context and stream, so that a stream or context made anew
+/// never finds another's memory.
+#[derive(Debug, Default)]
+pub struct StreamWorkspaces {
+    kept: Mutex<Vec<Kept>>,
 }
 
-impl StreamScratch {
-    /// `bytes` (at least 1) of uninitialised memory on `stream`.
+#[derive(Debug)]
+struct Kept {
+    context: u64,
+    stream: u64,
+    address: sys::CUdeviceptr,
+    bytes: usize,
+}
+
+impl StreamWorkspaces {
+    pub const fn new() -> StreamWorkspaces {
+        StreamWorkspaces {
+            kept: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs `queue` with the address of `bytes` of uninitialised device memory that work it
+    /// queues on `stream` may use. Other threads' calls on the stream wait for it to return.
     ///
     /// # Safety
-    /// `stream` is a valid stream (or null) of the context current on the calling thread, and it
-    /// outlives the scratch.
-    pub unsafe fn new(stream: RawStream, bytes: usize) -> Result<StreamScratch> {
-        // Safety: as the caller vouches; the memory is only ever used on `stream`.
-        let address = unsafe { result::malloc_async(stream as sys::CUstream, bytes.max(1)) }
-            .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))?;
-        Ok(StreamScratch { address, stream })
-    }
-
-    /// The memory's device address.
-    pub fn address(&self) -> u64 {
-        self.address
-    }
-}
-
-impl Drop for StreamScratch {
-    fn drop(&mut self) {
-        // Safety: `address` came from `malloc_async` on `stream`, which is still valid; the free
-        // is ordered after every use queued before it. A failure here leaks the memory, which is
-        // all a destructor can do.
-        let _ = unsafe { result::free_async(self.address, self.stream as sys::CUstream) };
+    /// `context` is current on the calling thread, `stream` is a valid stream of it (or null),
+    /// and `queue` uses the memory only in work it queues on `stream`.
+    pub unsafe fn with<T, E: From<RuntimeError>>(
+        &self,
+        context: &Context,
+        stream: RawStream,
+        bytes: usize,
+        queue: impl FnOnce(u64) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let context_id = context.id()?;
+        let mut stream_id = 0;
+        // Safety: `stream` is valid or null, as the caller vouches; `stream_id` an out-pointer.
+        unsafe { sys::cuStreamGetId(stream as sys::CUstream, &mut stream_id) }
+            .result()
+            .map_err(|e| RuntimeError::driver("reading the stream's id", e))?;
+        // A poisoned lock only means a panic elsewhere; every update below is one assignment.
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let at = kept
+            .iter()
+            .position(|k| (k.context, k.stream) == (context_id, stream_id));
+        let address = match at {
+            Some(at) if kept[at].bytes >= bytes => kept[at].address,
+            _ => {
+                // Twice the need, so that a stream whose calls grow reallocates seldom.
+                let keep = (2 * bytes).max(1);
+                // Safety: as the caller vouches.
+                let address = unsafe { result::malloc_async(stream as sys::CUstream, keep) }
+                    .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))?;
+                let fresh = Kept {
+                    context: context_id,
+                    stream: stream_id,
+                    address,
+                    bytes: keep,
+                };
+                if let Some(at) = at {
+                    let old = std::mem::replace(&mut kept[at], fresh);
+                    // Safety: `old` came from `malloc_async` in this context, and the free is
+                    // ordered after all work on the stream that used it. A failure leaks it.
+                    let _ = unsafe { result::free_async(old.address, stream as sys::CUstream) };
+                } else {
+                    kept.push(fresh);
+                }
+                address
+            }
+        };
+        queue(address)
     }
 }

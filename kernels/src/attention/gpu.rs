@@ -9,7 +9,8 @@ use std::sync::{Arc, LazyLock};
 
 use kiln_dsl::{DType, Target};
 use kiln_runtime::{
-    Context, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream, StreamScratch,
+    Context, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
+    StreamWorkspaces,
 };
 // The device and its buffers, as the safe API takes them.
 pub use kiln_runtime::{Device, DeviceBuffer};
@@ -21,6 +22,9 @@ use super::{
 
 /// Every context's loaded attention kernels, for the whole process.
 static MODULES: LazyLock<ModuleCache> = LazyLock::new(ModuleCache::new);
+
+/// Each stream's workspace for the split forward's parts, which the C interface does not pass.
+static WORKSPACES: StreamWorkspaces = StreamWorkspaces::new();
 
 /// One kernel compiled at a configuration other than the table's, to run in its place: what
 /// `kiln tune` times.
@@ -293,7 +297,7 @@ pub(crate) unsafe fn launch_forward_checked(
             if splits > 1 {
                 // Safety: as below.
                 return unsafe {
-                    launch_split_forward(context, stream, p, &layouts, splits, address)
+                    launch_split_forward(context, stream, p, &layouts, target, splits, address)
                 };
             }
             plan::forward(p, &layouts, target)?
@@ -303,8 +307,8 @@ pub(crate) unsafe fn launch_forward_checked(
     unsafe { run(context, stream, &launch, overrides, address) }
 }
 
-/// The forward split `splits` ways ([`plan::forward_split`]) on `stream`, its workspace
-/// allocated and freed in the stream's order.
+/// The forward split `splits` ways ([`plan::forward_split`]) on `stream`, its workspace the
+/// stream's in [`WORKSPACES`].
 ///
 /// # Safety
 /// As [`launch_forward_checked`]'s, with `address` the call's checked memory.
@@ -313,27 +317,29 @@ unsafe fn launch_split_forward(
     stream: RawStream,
     p: &AttentionParams,
     layouts: &ForwardLayouts,
+    target: Target,
     splits: usize,
     address: impl Fn(Role) -> Option<u64>,
 ) -> Result<(), AttentionError> {
-    let target = target_of(context)?;
     let launches = plan::forward_split(p, layouts, target, splits)?;
     let [o_parts, lse_parts] = plan::split_workspace_len(p, splits);
     let bytes = (o_parts + lse_parts) * DType::F32.size_bytes();
-    // Safety: `stream` is the caller's stream of the current context, valid until the call
-    // returns; the scratch is dropped, and freed in stream order, after both launches queue.
-    let workspace = unsafe { StreamScratch::new(stream, bytes) }?;
-    let parts = |role| match role {
-        Role::OParts => Some(workspace.address()),
-        Role::LseParts => Some(workspace.address() + (o_parts * DType::F32.size_bytes()) as u64),
-        other => address(other),
+    let queue = |workspace: u64| {
+        let parts = |role| match role {
+            Role::OParts => Some(workspace),
+            Role::LseParts => Some(workspace + (o_parts * DType::F32.size_bytes()) as u64),
+            other => address(other),
+        };
+        for launch in &launches {
+            // Safety: the caller vouches for the call's memory; the workspace holds what the
+            // plan addresses in it.
+            unsafe { run(context, stream, launch, &Overrides::default(), parts)? };
+        }
+        Ok(())
     };
-    for launch in &launches {
-        // Safety: the caller vouches for the call's memory; the workspace holds what the plan
-        // addresses in it.
-        unsafe { run(context, stream, launch, &Overrides::default(), parts)? };
-    }
-    Ok(())
+    // Safety: `context` is current and `stream` the caller's stream of it; the workspace is
+    // used only by the two launches, queued on `stream`.
+    unsafe { WORKSPACES.with(&context, stream, bytes, queue) }
 }
 
 /// Checks a backward call as far as addresses and strides allow: every refusal is an
