@@ -14,8 +14,8 @@ use kiln_runtime::ParamType;
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
-    // Forward, dQ, dK/dV, the fused pass and the split forward with and without the mask; the
-    // split forward's combine and the fused backward's preprocessing and dQ conversion
+    // Forward, dQ, dK/dV, the fused pass, the split forward and its decode blocks with and
+    // without the mask; the split forward's combine and the fused backward's preprocessing and dQ conversion
     // without; each forward whose blocks for short or long sequences are not its entry's own;
     // and the forward a negative scale runs where the long range's entry is persistent
     // (`_signed`).
@@ -48,7 +48,7 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     assert_eq!(
         shipped.len(),
         prebuilt::DTYPES.len()
-            * (Target::ALL.len() * HEAD_DIMS.len() * (5 * 2 + 3) + by_length + signed)
+            * (Target::ALL.len() * HEAD_DIMS.len() * (6 * 2 + 3) + by_length + signed)
     );
     assert!(
         shipped
@@ -239,16 +239,16 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
     let splits = |p: &AttentionParams, programs| {
         plan::forward_splits(p, Target::Sm90a, programs).expect("a valid call")
     };
-    // 32 heads of one query row each on 132 SMs: four splits fill 128 of them (97%, within 85%
+    // 32 heads of one query row each on 132 SMs: four splits fill 128 of them (97%, within 95%
     // of the best).
     let mha = AttentionParams {
         heads_kv: 32,
         ..decode
     };
     assert_eq!(splits(&mha, 132), 4);
-    // With 8 kv heads the 4 query heads of each are the rows of one block: 8 blocks, and 14
-    // splits the fewest that fill 85% of the SMs (112 programs).
-    assert_eq!(splits(&decode, 132), 14);
+    // With 8 kv heads the 4 query heads of each are the rows of one block: 8 blocks, and 16
+    // splits the fewest that fill 95% of the SMs (128 programs).
+    assert_eq!(splits(&decode, 132), 16);
     let layout = Layout::contiguous(1, 32, 128);
     let keys = Layout::contiguous(32768, 8, 128);
     let layouts = ForwardLayouts {
@@ -270,9 +270,11 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
         launch.args
     );
     let [split, combine] =
-        plan::forward_split(&causal, &layouts, Target::Sm90a, 14).expect("a valid call");
-    assert_eq!(split.grid, [1, 8, 14]);
-    assert_eq!(combine.grid, [1, 8, 1]);
+        plan::forward_split(&causal, &layouts, Target::Sm90a, 16).expect("a valid call");
+    assert_eq!(split.name, "attention_fwd_bf16_d128_decode_sm_90a");
+    assert_eq!(split.grid, [1, 8, 16]);
+    // The combine takes one of the 4 rows a program.
+    assert_eq!(combine.grid, [4, 8, 1]);
     // As many blocks as SMs, or 80% of them, or one SM: no split.
     assert_eq!(
         splits(
@@ -307,17 +309,11 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
         ..decode
     };
     assert_eq!(splits(&long, 132), 1);
-    // No more splits than key blocks: one key block, one split.
-    assert_eq!(
-        splits(
-            &AttentionParams {
-                seqlen_k: 100,
-                ..decode
-            },
-            132
-        ),
-        1
-    );
+    // No more splits than key blocks (of 64 keys in D128's decode blocks): one key block, one
+    // split; two, two.
+    for (seqlen_k, most) in [(64, 1), (100, 2)] {
+        assert_eq!(splits(&AttentionParams { seqlen_k, ..decode }, 132), most);
+    }
     // One block of one head against many keys: many splits, at most MAX_SPLITS.
     let one = AttentionParams {
         heads_q: 1,

@@ -438,11 +438,13 @@ pub const MAX_SPLITS: usize = 128;
 
 /// How many ways the forward splits each query block's keys where `programs` run at once (one
 /// an SM): FlashDecoding's answer to calls with fewer query blocks than SMs (a decode step, a
-/// short chunk of queries against a long cache), whose grid would leave SMs idle. As
+/// short chunk of queries against a long cache), whose grid would leave SMs idle. Much as
 /// FlashAttention-2 chooses: 1 where the blocks fill 80% of the SMs; else the fewest splits
-/// whose waves of programs fill their last within 85% of the best of 1 to `min(programs, key
-/// blocks, MAX_SPLITS)` splits, counting only splits that change each one's share of the key
-/// blocks.
+/// whose waves of programs fill their last within 95% (FlashAttention-2: 85%) of the best of 1
+/// to `min(programs, key blocks, MAX_SPLITS)` splits, counting only splits that change each
+/// one's share of the key blocks. The programs stream keys at the memory's pace, so an idle
+/// SM is bandwidth lost: 95% took a D64 decode step of 16 heads from 7 splits to 8 and 14.3 to
+/// 12.8 us at 8k keys, 39.2 to 37.7 at 32k (docs/PERF.md, thirty-second session, run 377).
 pub fn forward_splits(
     p: &AttentionParams,
     target: Target,
@@ -472,7 +474,7 @@ pub fn forward_splits(
         .fold(0.0, f64::max);
     Ok((1..=most)
         .filter(|&s| changes_shares(s))
-        .find(|&s| efficiency(s) >= 0.85 * best)
+        .find(|&s| efficiency(s) >= 0.95 * best)
         .unwrap_or(1))
 }
 
