@@ -27,6 +27,8 @@ SHAPES = [
     (1, 1, 32768, 32, 8, 128, False),
     (1, 1, 131072, 32, 8, 128, False),
     (4, 1, 16384, 32, 32, 128, False),
+    (16, 1, 8192, 32, 32, 128, False),
+    (32, 1, 4096, 32, 32, 64, False),
     (8, 1, 8192, 32, 8, 128, False),
     (1, 1, 8192, 16, 16, 64, False),
     (1, 1, 32768, 16, 16, 64, False),
@@ -65,6 +67,9 @@ def queued_us(fn, calls=40, samples=7):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True, help="the folder of compare.py and kiln_ctypes.py")
+    ap.add_argument("--heads-major", action="store_true",
+                    help="give kiln Q, K, V and O laid out [B, H, N, D] in memory, as SDPA reads "
+                         "them, rather than [B, N, H, D]")
     ap.add_argument("libs", nargs="+")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.bench))
@@ -92,7 +97,12 @@ def main():
         for lib in libs:
             o = torch.full_like(q, float("nan"))
             lse = torch.full((B, Hq, Nq), float("nan"), device="cuda")
-            call = kc.forward_call(lib, q, k, v, o, lse, causal=causal)
+            if a.heads_major:
+                o = torch.full_like(qt, float("nan")).transpose(1, 2)
+                ins = (x.transpose(1, 2) for x in (qt, kt, vt))
+            else:
+                ins = (q, k, v)
+            call = kc.forward_call(lib, *ins, o, lse, causal=causal)
             call()
             torch.cuda.synchronize()
             written = bool(torch.isfinite(o).all() and torch.isfinite(lse).all())

@@ -275,29 +275,44 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
     assert_eq!(split.grid, [1, 8, 16]);
     // The combine takes one of the 4 rows a program.
     assert_eq!(combine.grid, [4, 8, 1]);
-    // As many blocks as SMs, or 80% of them, or one SM: no split.
-    assert_eq!(
-        splits(
-            &AttentionParams {
-                heads_q: 132,
-                heads_kv: 132,
-                ..mha
-            },
-            132
-        ),
-        1
+    // As many blocks of 128 rows as SMs, or 80% of them, or one SM: no split.
+    let chunk = AttentionParams {
+        seqlen_q: 128,
+        ..mha
+    };
+    for heads in [132, 106] {
+        let p = AttentionParams {
+            heads_q: heads,
+            heads_kv: heads,
+            ..chunk
+        };
+        assert_eq!(splits(&p, 132), 1, "{heads} heads");
+    }
+    // But decode steps split at least two ways however many their blocks, to run the decode
+    // blocks rather than blocks of 128 rows or more: 132 heads, or a batch of 32 x 32 at D64.
+    let many = AttentionParams {
+        heads_q: 132,
+        heads_kv: 132,
+        ..mha
+    };
+    assert_eq!(splits(&many, 132), 2);
+    let batch = AttentionParams {
+        batch: 32,
+        seqlen_k: 4096,
+        heads_q: 32,
+        heads_kv: 32,
+        head_dim: 64,
+        ..decode
+    };
+    assert_eq!(splits(&batch, 132), 2);
+    let (q, k) = (
+        Layout::contiguous(1, 32, 64),
+        Layout::contiguous(4096, 32, 64),
     );
-    assert_eq!(
-        splits(
-            &AttentionParams {
-                heads_q: 106,
-                heads_kv: 106,
-                ..mha
-            },
-            132
-        ),
-        1
-    );
+    let batch_layouts = ForwardLayouts { q, k, v: k, o: q };
+    let [split, _] =
+        plan::forward_split(&batch, &batch_layouts, Target::Sm90a, 2).expect("a valid call");
+    assert_eq!(split.name, "attention_fwd_bf16_d64_decode_sm_90a");
     assert_eq!(splits(&decode, 1), 1);
     // compare.py's shapes (2048 blocks of 128 rows at head dim 128) never split.
     let long = AttentionParams {

@@ -445,6 +445,11 @@ pub const MAX_SPLITS: usize = 128;
 /// one's share of the key blocks. The programs stream keys at the memory's pace, so an idle
 /// SM is bandwidth lost: 95% took a D64 decode step of 16 heads from 7 splits to 8 and 14.3 to
 /// 12.8 us at 8k keys, 39.2 to 37.7 at 32k (docs/PERF.md, thirty-second session, run 377).
+///
+/// Heads of at most [`DECODE_ROWS`] rows (after grouping) split at least 2 ways however many
+/// their blocks, so that they run the decode blocks, shipped split only: unsplit, a batch of
+/// decode steps ran the table's blocks of 128-256 rows and computed their empty rows (D64,
+/// 32 x 32 heads against 4k keys: 576 against 244 us; run 380).
 pub fn forward_splits(
     p: &AttentionParams,
     target: Target,
@@ -454,7 +459,8 @@ pub fn forward_splits(
     let (config, _) = split_forward_config(p, target)?;
     let programs = programs.max(1) as usize;
     let tiles = p.batch * p.heads_q * p.seqlen_q.div_ceil(config.block_m);
-    if tiles * 5 >= programs * 4 {
+    let fewest = if decodes(p) { 2 } else { 1 };
+    if fewest == 1 && tiles * 5 >= programs * 4 {
         return Ok(1);
     }
     let key_blocks = p
@@ -468,11 +474,11 @@ pub fn forward_splits(
     let changes_shares = |splits: usize| {
         splits == 1 || key_blocks.div_ceil(splits) != key_blocks.div_ceil(splits - 1)
     };
-    let best = (1..=most)
+    let best = (fewest..=most)
         .filter(|&s| changes_shares(s))
         .map(efficiency)
         .fold(0.0, f64::max);
-    Ok((1..=most)
+    Ok((fewest..=most)
         .filter(|&s| changes_shares(s))
         .find(|&s| efficiency(s) >= 0.95 * best)
         .unwrap_or(1))
@@ -490,10 +496,15 @@ fn split_forward_config(
     p.validate()?;
     let table = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
         .expect("the table covers every head dim in HEAD_DIMS");
-    Ok(match p.seqlen_q <= DECODE_ROWS {
+    Ok(match decodes(p) {
         true => (table.decode, "_decode"),
         false => (table.split_forward(), "_split"),
     })
+}
+
+/// Whether a call (after [`grouped`]) has few enough rows a head for the decode blocks.
+fn decodes(p: &AttentionParams) -> bool {
+    p.seqlen_q <= DECODE_ROWS
 }
 
 /// The f32 elements of the split forward's two workspaces, [`Role::OParts`] and
