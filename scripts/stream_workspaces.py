@@ -1,7 +1,9 @@
 """The split forward's kept workspaces (kiln-runtime `StreamWorkspaces`) on the GPU machine:
 calls of growing and shrinking needs back to back on one stream, then alternating over two
-streams at once, each O and LSE poisoned (NaN) first and O checked against an fp32 SDPA
-(compare.py's `err`); exits 1 on any error above 1e-2 or unwritten element:
+streams at once, then over 20 (past the 16 that keep memory), then captured into a CUDA graph
+(which allocates its own) and replayed after calls that grow the kept ones; each O and LSE
+poisoned (NaN) first and O checked against an fp32 SDPA (compare.py's `err`); exits 1 on any
+error above 1e-2 or unwritten element:
 
     python3 scripts/stream_workspaces.py --bench ../shared/bench libkiln_kernels.so
     compute-sanitizer --tool memcheck python3 scripts/stream_workspaces.py --bench ... lib.so
@@ -41,22 +43,50 @@ def case(shape, seed):
 
 
 cases = [case(SHAPES[i % len(SHAPES)], i) for i in range(16)]
-streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-worst, bad = 0.0, 0
-# Round 0 on the current stream alone, rounds 1-2 alternating over two streams, unsynchronised.
-for rnd in range(3):
+worst, bad, calls = 0.0, 0, 0
+
+
+def poison():
     for c in cases:
         c[3].fill_(float("nan"))
         c[4].fill_(float("nan"))
     torch.cuda.synchronize()
-    for i, (q, k, v, o, lse, _) in enumerate(cases):
-        with torch.cuda.stream(streams[i % 2] if rnd > 0 else torch.cuda.current_stream()):
-            kc.forward(lib, q, k, v, o, lse)
+
+
+def check(which):
+    global worst, bad, calls
     torch.cuda.synchronize()
-    for (_, _, _, o, lse, ref) in cases:
+    for (_, _, _, o, lse, ref) in (cases[i] for i in which):
         written = bool(torch.isfinite(o).all() and torch.isfinite(lse).all())
         e = err(o, ref) if written else float("inf")
         worst = max(worst, e)
         bad += e > 1e-2
-print(f"stream workspaces: {3 * len(cases)} calls, worst error {worst:.1e}, {bad} bad")
+        calls += 1
+
+
+# The current stream alone, then alternating over 2 and over 20 streams, unsynchronised.
+for streams in [[torch.cuda.current_stream()], [torch.cuda.Stream() for _ in range(2)],
+                [torch.cuda.Stream() for _ in range(20)]]:
+    poison()
+    for i, (q, k, v, o, lse, _) in enumerate(cases):
+        with torch.cuda.stream(streams[i % len(streams)]):
+            kc.forward(lib, q, k, v, o, lse)
+    check(range(len(cases)))
+# Captured: a graph of the smallest call, replayed after calls that grow the stream's memory.
+side = torch.cuda.Stream()
+with torch.cuda.stream(side):
+    small = cases[0]
+    kc.forward(lib, *small[:5])  # warm: modules loaded before the capture
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph, stream=side):
+    kc.forward(lib, *small[:5])
+for _ in range(2):
+    poison()
+    with torch.cuda.stream(side):
+        for q, k, v, o, lse, _ in cases[1:]:
+            kc.forward(lib, q, k, v, o, lse)
+    graph.replay()
+    check(range(len(cases)))
+print(f"stream workspaces: {calls} calls checked, worst error {worst:.1e}, {bad} bad")
 sys.exit(1 if bad else 0)

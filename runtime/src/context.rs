@@ -67,7 +67,7 @@ impl Context {
     }
 
     /// The driver's id of the context, unique among the contexts of the process's lifetime
-    /// (unlike its handle, which a context made later may reuse).
+    /// (unlike its handle, which a context made later may reuse). CUDA 12.0 drivers and later.
     pub fn id(&self) -> Result<u64> {
         let mut id = 0;
         // Safety: the context is valid for the process (see the type's docs); `id` is an
@@ -160,10 +160,19 @@ pub type RawStream = *mut c_void;
 /// largest need, which the planner bounds (a split forward's parts are a few tiles an SM). Keys
 /// are the driver's unique ids of the context and stream, so that a stream or context made anew
 /// never finds another's memory.
+///
+/// A call allocates and frees its own, in the stream's order, where the driver has no such ids
+/// (before CUDA 12.0), where the stream is being captured into a graph (the graph would keep
+/// the address of memory a later call may free; its own allocation becomes the graph's), and
+/// on streams past the first [`KEPT_STREAMS`] (a program that makes a stream a request would
+/// otherwise keep memory for each).
 #[derive(Debug, Default)]
 pub struct StreamWorkspaces {
     kept: Mutex<Vec<Kept>>,
 }
+
+/// The most streams a [`StreamWorkspaces`] keeps memory for.
+pub const KEPT_STREAMS: usize = 16;
 
 #[derive(Debug)]
 struct Kept {
@@ -193,35 +202,33 @@ impl StreamWorkspaces {
         bytes: usize,
         queue: impl FnOnce(u64) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        let context_id = context.id()?;
-        let mut stream_id = 0;
-        // Safety: `stream` is valid or null, as the caller vouches; `stream_id` an out-pointer.
-        unsafe { sys::cuStreamGetId(stream as sys::CUstream, &mut stream_id) }
-            .result()
-            .map_err(|e| RuntimeError::driver("reading the stream's id", e))?;
+        // Safety (here and below): as the caller vouches.
+        let Some(key) = (unsafe { kept_key(context, stream) })? else {
+            return unsafe { with_own(stream, bytes, queue) };
+        };
         // A poisoned lock only means a panic elsewhere; every update below is one assignment.
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let at = kept
-            .iter()
-            .position(|k| (k.context, k.stream) == (context_id, stream_id));
+        let at = kept.iter().position(|k| (k.context, k.stream) == key);
+        if at.is_none() && kept.len() >= KEPT_STREAMS {
+            drop(kept);
+            return unsafe { with_own(stream, bytes, queue) };
+        }
         let address = match at {
             Some(at) if kept[at].bytes >= bytes => kept[at].address,
             _ => {
                 // Twice the need, so that a stream whose calls grow reallocates seldom.
                 let keep = (2 * bytes).max(1);
-                // Safety: as the caller vouches.
-                let address = unsafe { result::malloc_async(stream as sys::CUstream, keep) }
-                    .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))?;
+                let address = unsafe { malloc_on(stream, keep) }?;
                 let fresh = Kept {
-                    context: context_id,
-                    stream: stream_id,
+                    context: key.0,
+                    stream: key.1,
                     address,
                     bytes: keep,
                 };
                 if let Some(at) = at {
                     let old = std::mem::replace(&mut kept[at], fresh);
-                    // Safety: `old` came from `malloc_async` in this context, and the free is
-                    // ordered after all work on the stream that used it. A failure leaks it.
+                    // `old` came from `malloc_async` in this context, and the free is ordered
+                    // after all work on the stream that used it. A failure leaks it.
                     let _ = unsafe { result::free_async(old.address, stream as sys::CUstream) };
                 } else {
                     kept.push(fresh);
@@ -231,4 +238,72 @@ impl StreamWorkspaces {
         };
         queue(address)
     }
+}
+
+/// The driver's ids of `context` and `stream` to keep a workspace under, or `None` where a call
+/// allocates its own ([`StreamWorkspaces`]).
+///
+/// # Safety
+/// As [`StreamWorkspaces::with`].
+unsafe fn kept_key(context: &Context, stream: RawStream) -> Result<Option<(u64, u64)>> {
+    if driver_version()? < 12000 {
+        return Ok(None);
+    }
+    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // Safety: `stream` is valid or null, as the caller vouches; `capture` is an out-pointer.
+    unsafe { sys::cuStreamIsCapturing(stream as sys::CUstream, &mut capture) }
+        .result()
+        .map_err(|e| RuntimeError::driver("asking whether the stream is being captured", e))?;
+    if capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Ok(None);
+    }
+    let mut stream_id = 0;
+    // Safety: as above; `stream_id` is an out-pointer.
+    unsafe { sys::cuStreamGetId(stream as sys::CUstream, &mut stream_id) }
+        .result()
+        .map_err(|e| RuntimeError::driver("reading the stream's id", e))?;
+    Ok(Some((context.id()?, stream_id)))
+}
+
+/// Runs `queue` with `bytes` of memory allocated on `stream` for it and freed after the work it
+/// queues.
+///
+/// # Safety
+/// As [`StreamWorkspaces::with`].
+unsafe fn with_own<T, E: From<RuntimeError>>(
+    stream: RawStream,
+    bytes: usize,
+    queue: impl FnOnce(u64) -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    // Safety: as the caller vouches.
+    let address = unsafe { malloc_on(stream, bytes.max(1)) }?;
+    let out = queue(address);
+    // Safety: `address` came from `malloc_async` on `stream`; the free is ordered after what
+    // `queue` queued there. A failure leaks it.
+    let _ = unsafe { result::free_async(address, stream as sys::CUstream) };
+    out
+}
+
+/// `bytes` of device memory allocated in the order of `stream` (`cuMemAllocAsync`).
+///
+/// # Safety
+/// `stream` is a valid stream (or null) of the context current on the calling thread.
+unsafe fn malloc_on(stream: RawStream, bytes: usize) -> Result<sys::CUdeviceptr> {
+    // Safety: as the caller vouches.
+    unsafe { result::malloc_async(stream as sys::CUstream, bytes) }
+        .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))
+}
+
+/// The driver's CUDA version (12000 for 12.0), read once a process.
+fn driver_version() -> Result<i32> {
+    static VERSION: OnceLock<i32> = OnceLock::new();
+    if let Some(&version) = VERSION.get() {
+        return Ok(version);
+    }
+    let mut version = 0;
+    // Safety: `version` is an out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(|e| RuntimeError::driver("reading the driver's version", e))?;
+    Ok(*VERSION.get_or_init(|| version))
 }
