@@ -8,9 +8,10 @@ Each library's O is poisoned (NaN) first and checked against an fp32 SDPA (the w
 relative error, compare.py's `err`, printed beside FA2's); times are compare.py's `bench_ms`
 (median of 30 samples of 10 calls), which at the smallest shapes is the host's time a call,
 and then each one's GPU time a call with the host out of the way (`queued_us`: 40 calls queued
-behind a sleeping kernel, between two events; the gaps between kernels count). kiln splits such a forward over the keys and runs a decode
-step's query heads of one kv head as one block's rows (`plan::forward_splits`, docs/PERF.md,
-thirty-first session); the last shapes fill the GPU and must not change.
+behind a sleeping kernel, between two events; the gaps between kernels count). kiln splits
+such a forward over the keys and runs a decode step's query heads of one kv head as one block's
+rows (`plan::forward_splits`, docs/PERF.md, thirty-first and thirty-second sessions); the last
+shapes fill the GPU and must not change.
 """
 import argparse
 import os
@@ -110,7 +111,8 @@ def main():
             times.append(bench_ms(call))
             gpu.append(queued_us(call))
         sdpa = {}
-        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION),
+                              ("cudnn", SDPBackend.CUDNN_ATTENTION)):
             try:
                 with sdpa_kernel(backend):
                     f = lambda: F.scaled_dot_product_attention(  # noqa: E731

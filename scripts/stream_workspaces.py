@@ -1,9 +1,9 @@
 """The split forward's kept workspaces (kiln-runtime `StreamWorkspaces`) on the GPU machine:
 calls of growing and shrinking needs back to back on one stream, then alternating over two
-streams at once, then over 20 (past the 16 that keep memory), then captured into a CUDA graph
-(which allocates its own) and replayed after calls that grow the kept ones; each O and LSE
-poisoned (NaN) first and O checked against an fp32 SDPA (compare.py's `err`); exits 1 on any
-error above 1e-2 or unwritten element:
+streams at once, then one captured into a CUDA graph (which allocates its own) and replayed
+after calls that grow its stream's kept memory, then over 20 streams (past the 16 that keep
+memory); each O and LSE poisoned (NaN) first and O checked against an fp32 SDPA (compare.py's
+`err`); exits 1 on any error above 1e-2 or unwritten element:
 
     python3 scripts/stream_workspaces.py --bench ../shared/bench libkiln_kernels.so
     compute-sanitizer --tool memcheck python3 scripts/stream_workspaces.py --bench ... lib.so
@@ -64,18 +64,24 @@ def check(which):
         calls += 1
 
 
-# The current stream alone, then alternating over 2 and over 20 streams, unsynchronised.
-for streams in [[torch.cuda.current_stream()], [torch.cuda.Stream() for _ in range(2)],
-                [torch.cuda.Stream() for _ in range(20)]]:
+def run_over(streams):
+    """Every case, and more calls than cases where there are more streams, over `streams`."""
     poison()
-    for i, (q, k, v, o, lse, _) in enumerate(cases):
+    for i in range(max(len(cases), len(streams))):
+        q, k, v, o, lse, _ = cases[i % len(cases)]
         with torch.cuda.stream(streams[i % len(streams)]):
             kc.forward(lib, q, k, v, o, lse)
     check(range(len(cases)))
-# Captured: a graph of the smallest call, replayed after calls that grow the stream's memory.
+
+
+# The current stream alone, then alternating over 2, unsynchronised.
+run_over([torch.cuda.current_stream()])
+run_over([torch.cuda.Stream() for _ in range(2)])
+# Captured: a graph of the smallest call, replayed after calls that grow the capturing stream's
+# kept memory (the 4th stream, within the 16 that keep memory).
 side = torch.cuda.Stream()
+small = cases[0]
 with torch.cuda.stream(side):
-    small = cases[0]
     kc.forward(lib, *small[:5])  # warm: modules loaded before the capture
 torch.cuda.synchronize()
 graph = torch.cuda.CUDAGraph()
@@ -88,5 +94,7 @@ for _ in range(2):
             kc.forward(lib, q, k, v, o, lse)
     graph.replay()
     check(range(len(cases)))
+# Over 20 streams: the first 12 of them keep memory, the rest allocate their own.
+run_over([torch.cuda.Stream() for _ in range(20)])
 print(f"stream workspaces: {calls} calls checked, worst error {worst:.1e}, {bad} bad")
 sys.exit(1 if bad else 0)

@@ -15,8 +15,8 @@ use kiln_runtime::ParamType;
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
     // Forward, dQ, dK/dV, the fused pass, the split forward and its decode blocks with and
-    // without the mask; the split forward's combine and the fused backward's preprocessing and dQ conversion
-    // without; each forward whose blocks for short or long sequences are not its entry's own;
+    // without the mask; the split forward's combine and the fused backward's preprocessing and
+    // dQ conversion without; each forward whose blocks for short or long sequences are not its entry's own;
     // and the forward a negative scale runs where the long range's entry is persistent
     // (`_signed`).
     let by_length = Target::ALL

@@ -67,8 +67,15 @@ impl Context {
     }
 
     /// The driver's id of the context, unique among the contexts of the process's lifetime
-    /// (unlike its handle, which a context made later may reuse). CUDA 12.0 drivers and later.
+    /// (unlike its handle, which a context made later may reuse); an error before CUDA 12.0.
     pub fn id(&self) -> Result<u64> {
+        let version = driver_version()?;
+        if version < 12000 {
+            return Err(RuntimeError::Driver {
+                action: "reading the context's id".to_string(),
+                message: format!("needs a CUDA 12.0 driver or later, this one is {version}"),
+            });
+        }
         let mut id = 0;
         // Safety: the context is valid for the process (see the type's docs); `id` is an
         // out-pointer.
@@ -156,23 +163,27 @@ pub type RawStream = *mut c_void;
 /// they may use the same memory; a call that needs more frees the old allocation in the
 /// stream's order and keeps a larger one. Against allocating and freeing each call
 /// (`cuMemAllocAsync`, `cuMemFreeAsync`) this saves about 1 us of the GPU's time a call and more
-/// of the host's (docs/PERF.md, thirty-second session); what a stream keeps is twice its
-/// largest need, which the planner bounds (a split forward's parts are a few tiles an SM). Keys
-/// are the driver's unique ids of the context and stream, so that a stream or context made anew
-/// never finds another's memory.
+/// of the host's (docs/PERF.md, thirty-second session). A stream keeps twice its largest need,
+/// up to 64 MiB. Keys are the driver's unique ids of the context and stream, so that a stream or
+/// context made anew never finds another's memory; entries are never dropped (a destroyed
+/// stream's, or context's, memory stays kept, or went with its context).
 ///
 /// A call allocates and frees its own, in the stream's order, where the driver has no such ids
 /// (before CUDA 12.0), where the stream is being captured into a graph (the graph would keep
-/// the address of memory a later call may free; its own allocation becomes the graph's), and
-/// on streams past the first [`KEPT_STREAMS`] (a program that makes a stream a request would
-/// otherwise keep memory for each).
+/// the address of memory a later call may free; its own allocation becomes the graph's), where
+/// it needs more than 64 MiB, and on streams past the first 16 (a program that makes a stream a
+/// request would otherwise keep memory for each). Calls that use kept memory wait for each
+/// other, on any stream: one lock, held while they queue their work.
 #[derive(Debug, Default)]
 pub struct StreamWorkspaces {
     kept: Mutex<Vec<Kept>>,
 }
 
 /// The most streams a [`StreamWorkspaces`] keeps memory for.
-pub const KEPT_STREAMS: usize = 16;
+const KEPT_STREAMS: usize = 16;
+
+/// The most bytes a [`StreamWorkspaces`] keeps for one stream.
+const KEPT_BYTES: usize = 64 << 20;
 
 #[derive(Debug)]
 struct Kept {
@@ -189,12 +200,12 @@ impl StreamWorkspaces {
         }
     }
 
-    /// Runs `queue` with the address of `bytes` of uninitialised device memory that work it
-    /// queues on `stream` may use. Other threads' calls on the stream wait for it to return.
+    /// Runs `queue`, with `context` current, with the address of `bytes` of uninitialised device
+    /// memory that work it queues on `stream` may use.
     ///
     /// # Safety
-    /// `context` is current on the calling thread, `stream` is a valid stream of it (or null),
-    /// and `queue` uses the memory only in work it queues on `stream`.
+    /// `stream` is a valid stream of `context` (or null), and `queue` uses the memory only in
+    /// work it queues on `stream`.
     pub unsafe fn with<T, E: From<RuntimeError>>(
         &self,
         context: &Context,
@@ -202,8 +213,27 @@ impl StreamWorkspaces {
         bytes: usize,
         queue: impl FnOnce(u64) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
+        // Safety: as the caller vouches, and the context is current inside.
+        context.with_current(|| Ok(unsafe { self.in_context(context, stream, bytes, queue) }))?
+    }
+
+    /// [`StreamWorkspaces::with`] with `context` current.
+    ///
+    /// # Safety
+    /// As [`StreamWorkspaces::with`]'s, and `context` is current.
+    unsafe fn in_context<T, E: From<RuntimeError>>(
+        &self,
+        context: &Context,
+        stream: RawStream,
+        bytes: usize,
+        queue: impl FnOnce(u64) -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
         // Safety (here and below): as the caller vouches.
-        let Some(key) = (unsafe { kept_key(context, stream) })? else {
+        let key = match bytes <= KEPT_BYTES {
+            true => unsafe { kept_key(context, stream) }?,
+            false => None,
+        };
+        let Some(key) = key else {
             return unsafe { with_own(stream, bytes, queue) };
         };
         // A poisoned lock only means a panic elsewhere; every update below is one assignment.
@@ -217,7 +247,7 @@ impl StreamWorkspaces {
             Some(at) if kept[at].bytes >= bytes => kept[at].address,
             _ => {
                 // Twice the need, so that a stream whose calls grow reallocates seldom.
-                let keep = (2 * bytes).max(1);
+                let keep = (2 * bytes).clamp(1, KEPT_BYTES);
                 let address = unsafe { malloc_on(stream, keep) }?;
                 let fresh = Kept {
                     context: key.0,

@@ -32,7 +32,7 @@ mod raw;
 mod timing;
 
 pub use buffer::DeviceBuffer;
-pub use context::{Context, KEPT_STREAMS, RawStream, StreamWorkspaces, driver_present};
+pub use context::{Context, RawStream, StreamWorkspaces, driver_present};
 pub use device::{Device, Function, Module, performance_warnings};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};

@@ -77,6 +77,12 @@
 //! split dK/dV's entry, untuned. Those
 //! short of registers compute their `wgmma` descriptors at issue: LLVM would hoist one register
 //! pair per instruction out of the loop.
+//!
+//! The forward split over the keys ([`super::plan::forward_split`]) runs, for heads of at most
+//! [`DECODE_ROWS`] query rows, the decode blocks: 16 rows of 4 warps along the keys on
+//! `mma.sync` at both targets (D32 16 x 256, D64 16 x 128, D128 16 x 64, 3 stages; D256 16 x
+//! 64, 2; hand-chosen from six measured variants, docs/PERF.md, thirty-second session); else
+//! the medium range's forward. Its combine takes one query row a program, 16 splits a tile.
 
 use kiln_dsl::Target;
 
@@ -775,7 +781,8 @@ pub fn config(
     Some(AttentionConfig {
         forward,
         decode,
-        // One query row a program, 16 splits a tile: a decode step splits its keys 2-16 ways.
+        // One query row a program, 16 splits a tile (a decode step splits its keys 2 to
+        // `MAX_SPLITS` ways, most often 16 or fewer).
         combine: KernelConfig {
             block_n: None,
             ..c(16, 0, 4, 1)

@@ -337,8 +337,8 @@ unsafe fn launch_split_forward(
         }
         Ok(())
     };
-    // Safety: `context` is current and `stream` the caller's stream of it; the workspace is
-    // used only by the two launches, queued on `stream`.
+    // Safety: `stream` is the caller's stream of `context`; the workspace is used only by the
+    // two launches, queued on `stream`.
     unsafe { WORKSPACES.with(&context, stream, bytes, queue) }
 }
 

@@ -446,8 +446,9 @@ pub const MAX_SPLITS: usize = 128;
 /// SM is bandwidth lost: 95% took a D64 decode step of 16 heads from 7 splits to 8 and 14.3 to
 /// 12.8 us at 8k keys, 39.2 to 37.7 at 32k (docs/PERF.md, thirty-second session, run 377).
 ///
-/// Heads of at most [`DECODE_ROWS`] rows (after grouping) split at least 2 ways however many
-/// their blocks, so that they run the decode blocks, shipped split only: unsplit, a batch of
+/// Heads of at most [`DECODE_ROWS`] rows (after grouping) whose keys are more than one block
+/// split at least 2 ways however many their blocks, so that they run the decode blocks, shipped
+/// split only: unsplit, a batch of
 /// decode steps ran the table's blocks of 128-256 rows and computed their empty rows (D64,
 /// 32 x 32 heads against 4k keys: 576 against 244 us; run 380).
 pub fn forward_splits(
