@@ -213,60 +213,49 @@ impl StreamWorkspaces {
         bytes: usize,
         queue: impl FnOnce(u64) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        // Safety: as the caller vouches, and the context is current inside.
-        context.with_current(|| Ok(unsafe { self.in_context(context, stream, bytes, queue) }))?
-    }
-
-    /// [`StreamWorkspaces::with`] with `context` current.
-    ///
-    /// # Safety
-    /// As [`StreamWorkspaces::with`]'s, and `context` is current.
-    unsafe fn in_context<T, E: From<RuntimeError>>(
-        &self,
-        context: &Context,
-        stream: RawStream,
-        bytes: usize,
-        queue: impl FnOnce(u64) -> std::result::Result<T, E>,
-    ) -> std::result::Result<T, E> {
-        // Safety (here and below): as the caller vouches.
-        let key = match bytes <= KEPT_BYTES {
-            true => unsafe { kept_key(context, stream) }?,
-            false => None,
-        };
-        let Some(key) = key else {
-            return unsafe { with_own(stream, bytes, queue) };
-        };
-        // A poisoned lock only means a panic elsewhere; every update below is one assignment.
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        let at = kept.iter().position(|k| (k.context, k.stream) == key);
-        if at.is_none() && kept.len() >= KEPT_STREAMS {
-            drop(kept);
-            return unsafe { with_own(stream, bytes, queue) };
-        }
-        let address = match at {
-            Some(at) if kept[at].bytes >= bytes => kept[at].address,
-            _ => {
-                // Twice the need, so that a stream whose calls grow reallocates seldom.
-                let keep = (2 * bytes).clamp(1, KEPT_BYTES);
-                let address = unsafe { malloc_on(stream, keep) }?;
-                let fresh = Kept {
-                    context: key.0,
-                    stream: key.1,
-                    address,
-                    bytes: keep,
-                };
-                if let Some(at) = at {
-                    let old = std::mem::replace(&mut kept[at], fresh);
-                    // `old` came from `malloc_async` in this context, and the free is ordered
-                    // after all work on the stream that used it. A failure leaks it.
-                    let _ = unsafe { result::free_async(old.address, stream as sys::CUstream) };
-                } else {
-                    kept.push(fresh);
-                }
-                address
+        // The body, run with the context current.
+        let in_context = || -> std::result::Result<T, E> {
+            // Safety (here and below): as the caller vouches.
+            let key = match bytes <= KEPT_BYTES {
+                true => unsafe { kept_key(context, stream) }?,
+                false => None,
+            };
+            let Some(key) = key else {
+                return unsafe { with_own(stream, bytes, queue) };
+            };
+            // A poisoned lock only means a panic elsewhere; every update below is one assignment.
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let at = kept.iter().position(|k| (k.context, k.stream) == key);
+            if at.is_none() && kept.len() >= KEPT_STREAMS {
+                drop(kept);
+                return unsafe { with_own(stream, bytes, queue) };
             }
+            let address = match at {
+                Some(at) if kept[at].bytes >= bytes => kept[at].address,
+                _ => {
+                    // Twice the need, so that a stream whose calls grow reallocates seldom.
+                    let keep = (2 * bytes).clamp(1, KEPT_BYTES);
+                    let address = unsafe { malloc_on(stream, keep) }?;
+                    let fresh = Kept {
+                        context: key.0,
+                        stream: key.1,
+                        address,
+                        bytes: keep,
+                    };
+                    if let Some(at) = at {
+                        let old = std::mem::replace(&mut kept[at], fresh);
+                        // `old` came from `malloc_async` in this context, and the free is ordered
+                        // after all work on the stream that used it. A failure leaks it.
+                        let _ = unsafe { result::free_async(old.address, stream as sys::CUstream) };
+                    } else {
+                        kept.push(fresh);
+                    }
+                    address
+                }
+            };
+            queue(address)
         };
-        queue(address)
+        context.with_current(|| Ok(in_context()))?
     }
 }
 
