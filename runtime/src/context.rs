@@ -244,9 +244,8 @@ impl StreamWorkspaces {
                     };
                     if let Some(at) = at {
                         let old = std::mem::replace(&mut kept[at], fresh);
-                        // `old` came from `malloc_async` in this context, and the free is ordered
-                        // after all work on the stream that used it. A failure leaks it.
-                        let _ = unsafe { result::free_async(old.address, stream as sys::CUstream) };
+                        // Ordered after all work on the stream that used it.
+                        unsafe { free_on(stream, old.address) };
                     } else {
                         kept.push(fresh);
                     }
@@ -297,9 +296,8 @@ unsafe fn with_own<T, E: From<RuntimeError>>(
     // Safety: as the caller vouches.
     let address = unsafe { malloc_on(stream, bytes.max(1)) }?;
     let out = queue(address);
-    // Safety: `address` came from `malloc_async` on `stream`; the free is ordered after what
-    // `queue` queued there. A failure leaks it.
-    let _ = unsafe { result::free_async(address, stream as sys::CUstream) };
+    // Safety: ordered after what `queue` queued on `stream`.
+    unsafe { free_on(stream, address) };
     out
 }
 
@@ -311,6 +309,16 @@ unsafe fn malloc_on(stream: RawStream, bytes: usize) -> Result<sys::CUdeviceptr>
     // Safety: as the caller vouches.
     unsafe { result::malloc_async(stream as sys::CUstream, bytes) }
         .map_err(|e| RuntimeError::driver("allocating a workspace on the stream", e))
+}
+
+/// Frees `address` in the order of `stream` (`cuMemFreeAsync`); a failure leaks it.
+///
+/// # Safety
+/// `address` came from [`malloc_on`] in the context current on the calling thread, and no
+/// work queued after this on any stream uses it.
+unsafe fn free_on(stream: RawStream, address: sys::CUdeviceptr) {
+    // Safety: as the caller vouches.
+    let _ = unsafe { result::free_async(address, stream as sys::CUstream) };
 }
 
 /// The driver's CUDA version (12000 for 12.0), read once a process.
