@@ -232,6 +232,26 @@ pub enum Op {
     Yield {
         values: Vec<Value>,
     },
+    /// Programmatic dependent launch (sm_90), in the kernel body before any memory access
+    /// (the builder refuses it elsewhere); kiln-codegen makes it the program's first
+    /// instruction.
+    GridControl(GridControl),
+}
+
+/// What a program says to the launches around it on its stream, where the runtime launches a
+/// kernel that waits ([`GridControl::WaitForPriorGrids`]) as a programmatic dependent of the one
+/// before (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): such a kernel's programs may
+/// start while the kernel before is still running, so that its launch and start overlap that
+/// kernel's end. Below sm_90 both are nothing, and launches are serialized as usual.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GridControl {
+    /// `griddepcontrol.wait`: waits until the kernels this one depends on have completed and
+    /// their memory writes are visible.
+    WaitForPriorGrids,
+    /// `griddepcontrol.launch_dependents`: once every program of this kernel has said so (or
+    /// exited), a dependent kernel may start its programs; they still wait for this one's end
+    /// before reading what it wrote.
+    LaunchDependentGrids,
 }
 
 impl Op {
@@ -301,6 +321,8 @@ impl Op {
             Op::For { .. } => "for",
             Op::If { .. } => "if",
             Op::Yield { .. } => "yield",
+            Op::GridControl(GridControl::WaitForPriorGrids) => "wait_for_prior_grids",
+            Op::GridControl(GridControl::LaunchDependentGrids) => "launch_dependent_grids",
         }
     }
 }

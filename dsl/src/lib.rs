@@ -38,7 +38,7 @@ pub use error::{Error, Loc, Result};
 pub use interp::{Grid, HostBuffer, KernelArg, run};
 pub use launch::{Arg, Interpreter, KernelDef, Launcher};
 
-pub use ir::{BinaryOp, CmpOp, Kernel, ReduceOp, UnaryOp, Value};
+pub use ir::{BinaryOp, CmpOp, GridControl, Kernel, ReduceOp, UnaryOp, Value};
 pub use kiln_macros::{kernel, kernel_fn};
 pub use signature::{
     ArgDecl, ArgType, DTypeRef, KernelSignature, Spec, SpecKind, SpecParam, SpecValue,

@@ -208,6 +208,7 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
         }
         Op::If { cond, .. } => f(*cond),
         Op::Yield { values } => values.iter().copied().for_each(f),
+        Op::GridControl(_) => {}
     }
 }
 
@@ -221,6 +222,7 @@ fn has_effects(op: &Op) -> bool {
             | Op::For { .. }
             | Op::If { .. }
             | Op::Yield { .. }
+            | Op::GridControl(_)
     )
 }
 

@@ -124,6 +124,7 @@ impl Printer<'_> {
                 boundary_check,
             } => format!(" {}, check {boundary_check:?}", self.list(&[*ptr, *value])),
             Op::Yield { values } if values.is_empty() => String::new(),
+            Op::GridControl(_) => String::new(),
             Op::Yield { values } => format!(" {}", self.list(values)),
             Op::For {
                 lower,

@@ -1260,3 +1260,59 @@ fn a_kernel_fn_is_called_by_its_path() {
     run(&kernel, Grid::new(1, 1, 1), &[KernelArg::Buffer(&x)]).unwrap();
     assert_eq!(x.to_f32(), [24.0]);
 }
+
+/// A kernel that reads what the kernel before it wrote: it waits for that kernel first, and lets
+/// the one after it launch.
+#[kiln_dsl::kernel]
+fn after_prior<const BLOCK: usize>(x: Ptr<f32>) {
+    wait_for_prior_grids();
+    launch_dependent_grids();
+    let offs = arange(0, BLOCK);
+    store(x + offs, load(x + offs) + 1.0);
+}
+
+/// A wait after the program has read memory, or inside a loop, would leave reads before it.
+#[kiln_dsl::kernel]
+fn wait_too_late<const IN_LOOP: bool>(x: Ptr<f32>, n: i32) {
+    if IN_LOOP {
+        for _i in 0..n {
+            launch_dependent_grids();
+        }
+    } else {
+        let y = load(x); // read before the wait
+        wait_for_prior_grids(); // after a read
+        store(x, y);
+    }
+}
+
+#[test]
+fn grid_controls_come_before_any_memory_access() {
+    let kernel = after_prior::build(&Spec::new().int("BLOCK", 4)).unwrap();
+    let text = kernel.to_string();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(
+        lines[1..3],
+        ["wait_for_prior_grids", "launch_dependent_grids"],
+        "{text}"
+    );
+    // The interpreter runs one launch at a time: both are nothing there.
+    let x = HostBuffer::from_f32(F32, &[1.0, 2.0, 3.0, 4.0]);
+    run(&kernel, Grid::new(1, 1, 1), &[KernelArg::Buffer(&x)]).unwrap();
+    assert_eq!(x.to_f32(), [2.0, 3.0, 4.0, 5.0]);
+
+    let late = semantic_error(wait_too_late::build(&Spec::new().flag("IN_LOOP", false)));
+    assert_eq!(
+        late.to_string(),
+        format!(
+            "`wait_for_prior_grids()` must come before any memory access, loop or branch (it \
+             is the program's first instruction), but follows a `load` at {}\n  --> {}",
+            location_of("load(x); // read before the wait"),
+            location_of("wait_for_prior_grids(); // after a read")
+        )
+    );
+    let in_loop = semantic_error(wait_too_late::build(&Spec::new().flag("IN_LOOP", true)));
+    assert_eq!(
+        in_loop.message(),
+        "`launch_dependent_grids()` must be in the kernel body, not inside a loop or branch"
+    );
+}

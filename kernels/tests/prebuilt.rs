@@ -9,7 +9,7 @@ use std::process::Command;
 use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::plan::{self, BackwardLayouts, ForwardLayouts};
 use kiln_kernels::attention::{AttentionParams, HEAD_DIMS, KeyLength, Layout, config, prebuilt};
-use kiln_runtime::ParamType;
+use kiln_runtime::{ParamType, waits_for_prior_grids};
 
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
@@ -344,4 +344,58 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
             .to_string();
         assert!(err.contains(&format!("got {bad}")), "{err}");
     }
+}
+
+/// The split forward's combine is the one kernel launched as a programmatic dependent (of the
+/// split kernel, on sm_90a): its PTX waits for the split kernel before any memory access, the
+/// split kernel lets it launch early, and nothing on sm_80 does either.
+#[test]
+fn only_the_combine_waits_for_the_kernel_before_it() {
+    let mut combines = 0;
+    let mut splits = 0;
+    for (name, ptx) in prebuilt::all() {
+        let lines: Vec<&str> = ptx.text.lines().map(str::trim_start).collect();
+        let first = |prefixes: &[&str]| {
+            lines
+                .iter()
+                .position(|line| prefixes.iter().any(|p| line.starts_with(p)))
+        };
+        let wait = first(&["griddepcontrol.wait"]);
+        let launch = first(&["griddepcontrol.launch_dependents"]);
+        assert_eq!(wait.is_some(), waits_for_prior_grids(ptx.text), "{name}");
+        let sm_90a = name.ends_with("_sm_90a");
+        let combine = name.starts_with("attention_fwd_combine");
+        let split = name.contains("_split_") || name.contains("_decode_");
+        assert_eq!(wait.is_some(), sm_90a && combine, "{name} waits");
+        assert_eq!(
+            launch.is_some(),
+            sm_90a && split,
+            "{name} lets dependents launch"
+        );
+        if let Some(wait) = wait {
+            let access = first(&[
+                "ld.global",
+                "st.global",
+                "ld.shared",
+                "st.shared",
+                "cp.",
+                "red.",
+            ]);
+            assert!(
+                access.is_some_and(|a| wait < a),
+                "{name} waits before it reads"
+            );
+            combines += 1;
+        }
+        splits += usize::from(launch.is_some());
+    }
+    assert_eq!(
+        combines,
+        2 * HEAD_DIMS.len(),
+        "a combine a dtype and head dim"
+    );
+    assert!(
+        splits > combines,
+        "split and decode forwards, causal or not"
+    );
 }

@@ -321,6 +321,12 @@ unsafe fn free_on(stream: RawStream, address: sys::CUdeviceptr) {
     let _ = unsafe { result::free_async(address, stream as sys::CUstream) };
 }
 
+/// Whether the driver launches kernels as programmatic dependents of the kernel before them on
+/// their stream, captured into graphs too (CUDA 12.3; `cuLaunchKernelEx` since 12.0).
+pub(crate) fn programmatic_launches() -> Result<bool> {
+    Ok(driver_version()? >= 12030)
+}
+
 /// The driver's CUDA version (12000 for 12.0), read once a process.
 fn driver_version() -> Result<i32> {
     static VERSION: OnceLock<i32> = OnceLock::new();

@@ -36,5 +36,5 @@ pub use context::{Context, RawStream, StreamWorkspaces, driver_present};
 pub use device::{Device, Function, Module, performance_warnings};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};
-pub use module_cache::{LoadedKernel, ModuleCache, ModuleSource, RawArg};
+pub use module_cache::{LoadedKernel, ModuleCache, ModuleSource, RawArg, waits_for_prior_grids};
 pub use timing::Event;

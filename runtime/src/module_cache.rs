@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{result, sys};
 use kiln_dsl::{DType, TensorMapSpec};
 
-use crate::context::{Context, RawStream};
+use crate::context::{Context, RawStream, programmatic_launches};
 use crate::device::{jit_error_log, jit_load, performance_warnings};
 use crate::error::driver_message;
 use crate::tensor_map::{TensorMap, encode_all, specs_in_ptx};
@@ -47,6 +47,9 @@ pub struct LoadedKernel {
     tensor_maps: Vec<TensorMapSpec>,
     /// What ptxas said costs it speed, where its source asked ([`ModuleSource::report`]).
     warnings: Vec<String>,
+    /// Whether it waits for the kernel before it at its start ([`waits_for_prior_grids`]), and
+    /// so launches as that kernel's programmatic dependent.
+    waits_for_prior_grids: bool,
 }
 
 /// Loaded kernels by (context, name). Modules are never unloaded: the prebuilt set is bounded
@@ -190,7 +193,16 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
         shared_bytes: source.shared_bytes,
         tensor_maps: specs_in_ptx(source.name, source.ptx)?,
         warnings,
+        waits_for_prior_grids: waits_for_prior_grids(source.ptx),
     })
+}
+
+/// Whether `ptx` waits for the kernels it depends on (`griddepcontrol.wait`, the DSL's
+/// `wait_for_prior_grids()`, which kiln-codegen puts before any memory access): such a kernel
+/// may start while the kernel before it on its stream still runs.
+pub fn waits_for_prior_grids(ptx: &str) -> bool {
+    ptx.lines()
+        .any(|line| line.trim_start().starts_with("griddepcontrol.wait"))
 }
 
 /// One argument of a raw launch.
@@ -261,19 +273,53 @@ impl LoadedKernel {
             maps.iter_mut()
                 .map(|m| (m as *mut TensorMap).cast::<c_void>()),
         );
+        let programmatic = self.waits_for_prior_grids && programmatic_launches()?;
         self.context.with_current(|| {
             let [x, y, z] = grid;
+            let function = self.function as sys::CUfunction;
+            let stream = stream as sys::CUstream;
             // Safety: the arguments match the parameters (checked above) and live in `values`
             // until the call returns (the driver copies them); the caller vouches for memory.
             unsafe {
-                result::launch_kernel(
-                    self.function as sys::CUfunction,
-                    (x, y, z),
-                    (threads, 1, 1),
-                    self.shared_bytes,
-                    stream as sys::CUstream,
-                    &mut pointers,
-                )
+                if programmatic {
+                    // Its programs may start before the kernel before it ends: they wait for
+                    // that kernel's end and writes before they touch memory.
+                    let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
+                    value.programmaticStreamSerializationAllowed = 1;
+                    let mut attribute = sys::CUlaunchAttribute {
+                        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                        pad: [0; 4],
+                        value,
+                    };
+                    let config = sys::CUlaunchConfig {
+                        gridDimX: x,
+                        gridDimY: y,
+                        gridDimZ: z,
+                        blockDimX: threads,
+                        blockDimY: 1,
+                        blockDimZ: 1,
+                        sharedMemBytes: self.shared_bytes,
+                        hStream: stream,
+                        attrs: &mut attribute,
+                        numAttrs: 1,
+                    };
+                    sys::cuLaunchKernelEx(
+                        &config,
+                        function,
+                        pointers.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                    .result()
+                } else {
+                    result::launch_kernel(
+                        function,
+                        (x, y, z),
+                        (threads, 1, 1),
+                        self.shared_bytes,
+                        stream,
+                        &mut pointers,
+                    )
+                }
             }
             .map_err(|e| RuntimeError::driver(format!("launching `{}`", self.name), e))
         })

@@ -19,7 +19,7 @@ use crate::layout::mma::{
 use crate::layout::wgmma::{Descriptor, Major, WARPS_PER_WARPGROUP, WGMMA_K, WGMMA_M};
 use crate::thread::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Space, Special, TmaCopy, Type, WgmmaA, WgmmaDesc, WgmmaStep,
+    ShuffleMode, Space, Special, TmaCopy, Type, WgmmaA, WgmmaDesc, WgmmaStep, grid_control_ptx,
 };
 
 type Result<T> = std::result::Result<T, EmulationError>;
@@ -533,6 +533,8 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 Ok(())
             }
             Op::FenceMbarrierInit => Ok(()),
+            // One block runs at a time: no kernel runs before or beside it.
+            Op::GridControl(_) => Ok(()),
             // Registers are not a resource the emulator counts.
             Op::SetMaxNreg { increase, regs } => self.set_max_nreg(inst, *increase, *regs),
             Op::MbarrierArriveExpectTx { bar, bytes, pred } => {
@@ -1347,6 +1349,7 @@ impl<'a, 'g> BlockState<'a, 'g> {
             | Op::CpAsyncWait { .. }
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
+            | Op::GridControl(_)
             | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }
@@ -1451,6 +1454,7 @@ fn inst_name(op: &Op) -> &'static str {
         Op::CpAsyncWait { .. } => "cp.async.wait_group",
         Op::MbarrierInit { .. } => "mbarrier.init",
         Op::FenceMbarrierInit => "fence.mbarrier_init",
+        Op::GridControl(control) => grid_control_ptx(*control),
         Op::SetMaxNreg { .. } => "setmaxnreg",
         Op::MbarrierArriveExpectTx { .. } => "mbarrier.arrive.expect_tx",
         Op::MbarrierWait { .. } => "mbarrier.try_wait.parity",

@@ -8,6 +8,7 @@ use inkwell::{FloatPredicate, IntPredicate};
 use super::{Result, Translation};
 use crate::thread::{
     Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, ShuffleMode, Special,
+    grid_control_ptx,
 };
 use crate::{CodegenError, Stage};
 
@@ -180,6 +181,10 @@ impl<'ctx> Translation<'_, 'ctx> {
             }
             Op::FenceMbarrierInit => {
                 self.asm("fence.mbarrier_init.release.cluster;", &[], &[], &[])?;
+                return Ok(());
+            }
+            Op::GridControl(control) => {
+                self.asm(&format!("{};", grid_control_ptx(*control)), &[], &[], &[])?;
                 return Ok(());
             }
             Op::SetMaxNreg { increase, regs } => {
@@ -520,6 +525,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::WgmmaWait { .. }
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
+            | Op::GridControl(_)
             | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }

@@ -1,6 +1,6 @@
 //! The thread program's types, ops and instructions.
 
-use kiln_dsl::Loc;
+use kiln_dsl::{GridControl, Loc};
 
 /// The type of a register (or of a memory access).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -408,6 +408,9 @@ pub enum Op {
     /// `fence.mbarrier_init.release.cluster`: barriers initialised before it are seen as such by
     /// the async proxy (the copies that complete their transactions).
     FenceMbarrierInit,
+    /// `griddepcontrol.wait` or `griddepcontrol.launch_dependents` (sm_90): programmatic
+    /// dependent launch, the kernel's [`GridControl`] ops, first in the program.
+    GridControl(GridControl),
     /// `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`: the warpgroup's registers per thread move
     /// to `regs` (a producer warpgroup gives its own to the consumers).
     SetMaxNreg {
@@ -470,6 +473,14 @@ pub enum Op {
     /// `cp.async.bulk.wait_group.read 0`: this thread's bulk stores have read their shared
     /// memory, which may then be written again or released with the block.
     BulkWaitRead,
+}
+
+/// The PTX instruction of a [`GridControl`].
+pub fn grid_control_ptx(control: GridControl) -> &'static str {
+    match control {
+        GridControl::WaitForPriorGrids => "griddepcontrol.wait",
+        GridControl::LaunchDependentGrids => "griddepcontrol.launch_dependents",
+    }
 }
 
 /// One copy of an [`Op::TmaLoad`]: the box of tensor map `map` at `coords` to shared `dst`.

@@ -35,6 +35,6 @@ mod text;
 pub use ir::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, MAX_STATIC_SHARED_BYTES, Math,
     Op, Param, Program, Reg, ShuffleMode, Space, Special, TmaCopy, Type, WgmmaA, WgmmaDesc,
-    WgmmaStep,
+    WgmmaStep, grid_control_ptx,
 };
 pub use lower::lower;

@@ -5,7 +5,7 @@ use std::fmt::{self, Write};
 
 use super::ir::{
     Block, Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, Program, Reg,
-    ShuffleMode, Special, WgmmaA, WgmmaDesc,
+    ShuffleMode, Special, WgmmaA, WgmmaDesc, grid_control_ptx,
 };
 
 impl fmt::Display for Program {
@@ -281,6 +281,7 @@ fn op_text(op: &Op) -> String {
             format!("mbarrier.init {}, {count} if {}", reg(*bar), reg(*pred))
         }
         Op::FenceMbarrierInit => "fence.mbarrier_init".to_string(),
+        Op::GridControl(control) => grid_control_ptx(*control).to_string(),
         Op::SetMaxNreg { increase, regs } => {
             format!(
                 "setmaxnreg.{} {regs}",

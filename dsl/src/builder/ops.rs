@@ -4,7 +4,7 @@
 use super::Builder;
 use super::semantic::is_pow2;
 use crate::error::{Error, Loc, Result};
-use crate::ir::{BinaryOp, CmpOp, Constant, Op, ReduceOp, UnaryOp, Value};
+use crate::ir::{BinaryOp, CmpOp, Constant, GridControl, Op, ReduceOp, UnaryOp, Value};
 use crate::passes::{fold_binary, fold_compare};
 use crate::types::{DType, Elem, ShapeDisplay, Type};
 
@@ -784,6 +784,44 @@ impl Builder {
             }
         };
         self.push(op, Vec::new(), loc);
+        Ok(())
+    }
+
+    /// `wait_for_prior_grids()`, `launch_dependent_grids()`: programmatic dependent launch
+    /// ([`GridControl`]). Both belong in the kernel body, before any memory access and any loop
+    /// or branch: kiln-codegen makes them the program's first instructions.
+    pub fn grid_control(&mut self, control: GridControl, loc: Loc) -> Result<()> {
+        let name = Op::GridControl(control).name();
+        if self.open.len() > 1 {
+            return Err(Error::semantic(
+                loc,
+                format!("`{name}()` must be in the kernel body, not inside a loop or branch"),
+            ));
+        }
+        if let Some(before) = self.open[0].region.insts.iter().find(|inst| {
+            matches!(
+                inst.op,
+                Op::Load { .. }
+                    | Op::Store { .. }
+                    | Op::AtomicAdd { .. }
+                    | Op::LoadBlock { .. }
+                    | Op::StoreBlock { .. }
+                    | Op::AtomicAddBlock { .. }
+                    | Op::For { .. }
+                    | Op::If { .. }
+            )
+        }) {
+            return Err(Error::semantic(
+                loc,
+                format!(
+                    "`{name}()` must come before any memory access, loop or branch (it is the \
+                     program's first instruction), but follows a `{}` at {}",
+                    before.op.name(),
+                    before.loc
+                ),
+            ));
+        }
+        self.push(Op::GridControl(control), Vec::new(), loc);
         Ok(())
     }
 

@@ -33,6 +33,9 @@
 //! long keys; `plan::forward_splits` decides) a program takes one of `num_programs(2)` equal
 //! shares of the keys and writes its part, O divided by its own row sum (in f32: `OUT`) and its
 //! LSE, into a workspace; [`attention_fwd_combine`] weighs the parts by their LSEs into O, LSE.
+//! On sm_90a the combine launches as the split kernel's programmatic dependent: it may start as
+//! soon as every split program has (`launch_dependent_grids`), and waits for their end before it
+//! reads (`wait_for_prior_grids`).
 
 use kiln_dsl::{kernel, kernel_fn};
 
@@ -80,6 +83,10 @@ pub fn attention_fwd<
     softmax_scale: f32,
 ) {
     check_head_dim::<HEAD_DIM>();
+    if SPLIT {
+        // The combine waits for this kernel's end at its start: it may launch now.
+        launch_dependent_grids();
+    }
     if PERSISTENT {
         static_assert(
             OVERLAP_SOFTMAX && LAST_BLOCK_APART && !SPLIT,
@@ -181,6 +188,9 @@ pub fn attention_fwd_combine<T, const HEAD_DIM: usize, const SPLIT_BLOCK: usize>
     o_head_stride: i64,
 ) {
     check_head_dim::<HEAD_DIM>();
+    // Launched as the split kernel's programmatic dependent (sm_90): its programs start while
+    // the split kernel's last ones run, and wait here until their parts are written.
+    wait_for_prior_grids();
     let row = program_id(0);
     let batch_head = program_id(1);
     let batch = batch_head / heads_q;

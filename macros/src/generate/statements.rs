@@ -83,6 +83,16 @@ impl Generator {
                 let call = self.builder_call("static_assert", operands, *span);
                 quote!(#call;)
             }
+            Stmt::GridControl { wait, span } => {
+                let dsl = &self.dsl;
+                let control = if *wait {
+                    quote!(#dsl::GridControl::WaitForPriorGrids)
+                } else {
+                    quote!(#dsl::GridControl::LaunchDependentGrids)
+                };
+                let call = self.builder_call("grid_control", vec![Operand::Tokens(control)], *span);
+                quote!(#call;)
+            }
             Stmt::For(for_loop) => self.for_loop(for_loop),
             Stmt::If(if_else) => self.if_else(if_else),
             Stmt::Call(call) => {

@@ -62,6 +62,8 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "static_assert",
         "`static_assert(cond)` or `static_assert(cond, \"message\")`",
     ),
+    ("wait_for_prior_grids", "`wait_for_prior_grids()`"),
+    ("launch_dependent_grids", "`launch_dependent_grids()`"),
 ];
 
 /// Every method and how it is called, in the order error messages list them.
@@ -90,7 +92,14 @@ pub(super) fn is_builtin(name: &str) -> bool {
 
 /// Whether `name` is one of the DSL's functions that give no value and are called as statements.
 pub(super) fn is_effect(name: &str) -> bool {
-    matches!(name, "store" | "atomic_add" | "static_assert")
+    matches!(
+        name,
+        "store"
+            | "atomic_add"
+            | "static_assert"
+            | "wait_for_prior_grids"
+            | "launch_dependent_grids"
+    )
 }
 
 /// What a call calls.
@@ -315,8 +324,8 @@ impl BodyParser {
         })
     }
 
-    /// A call of the DSL's `store`, `atomic_add` or `static_assert` as a statement; `None` for
-    /// any other.
+    /// A call of the DSL's `store`, `atomic_add`, `static_assert`, `wait_for_prior_grids` or
+    /// `launch_dependent_grids` as a statement; `None` for any other.
     pub(super) fn parse_effect(
         &mut self,
         call: &syn::ExprCall,
@@ -390,6 +399,13 @@ impl BodyParser {
                 Stmt::StaticAssert {
                     cond: self.parse_expr(args[0])?,
                     message,
+                    span,
+                }
+            }
+            "wait_for_prior_grids" | "launch_dependent_grids" => {
+                arity(&[0])?;
+                Stmt::GridControl {
+                    wait: name == "wait_for_prior_grids",
                     span,
                 }
             }

@@ -190,6 +190,11 @@ pub(crate) enum Stmt {
         message: Option<LitStr>,
         span: Span,
     },
+    /// `wait_for_prior_grids()` (`wait`) or `launch_dependent_grids()`.
+    GridControl {
+        wait: bool,
+        span: Span,
+    },
     For(ForLoop),
     If(IfElse),
     /// `f(..);`: a call of a `#[kernel_fn]` that gives nothing.

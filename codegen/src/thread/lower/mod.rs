@@ -142,6 +142,7 @@ fn lower_in(
         consumer_barrier: None,
         partial_sums: partial_sums::PartialSums::default(),
         partial_totals: HashMap::new(),
+        grid_controls: Vec::new(),
     };
     if options.partial_sums {
         lowering.partial_sums = lowering.find_partial_sums();
@@ -169,7 +170,20 @@ fn lower_in(
         // The lanes that issued TMA stores keep the block until the copies have read their tiles.
         lowering.emit_effect(Op::BulkWaitRead);
     }
-    let mut insts = std::mem::take(&mut lowering.prelude);
+    // Grid controls come first, before any load (the builder put them before every memory
+    // access of the kernel, but copies may be issued as early as the prelude); below sm_90
+    // there are none, and launches are serialized as usual.
+    let mut insts = Vec::new();
+    if options.target == Target::Sm90a {
+        for &control in &lowering.grid_controls {
+            insts.push(Inst {
+                op: Op::GridControl(control),
+                results: Vec::new(),
+                loc: None,
+            });
+        }
+    }
+    insts.append(&mut lowering.prelude);
     insts.extend(lowering.blocks.pop().unwrap_or_default());
     Ok(Program {
         name: kernel.name(),
@@ -319,6 +333,8 @@ pub(super) struct Lowering<'a> {
     partial_sums: partial_sums::PartialSums,
     /// The registers of the latest total of each partial sum, for the reads it dominates.
     partial_totals: HashMap<Value, Vec<Reg>>,
+    /// The kernel's [`kiln_dsl::GridControl`] ops, in order, for the program's entry.
+    grid_controls: Vec<kiln_dsl::GridControl>,
 }
 
 impl Lowering<'_> {
@@ -811,6 +827,14 @@ impl Lowering<'_> {
             }
             TileOp::AtomicAdd { ptr, value, mask } => {
                 self.store(inst, *ptr, *value, *mask, true)?;
+                Ok(Vec::new())
+            }
+            // Placed at the program's entry when it is assembled (a producer's and the
+            // consumers' walks of the body both meet it: once is enough).
+            TileOp::GridControl(control) => {
+                if !self.grid_controls.contains(control) {
+                    self.grid_controls.push(*control);
+                }
                 Ok(Vec::new())
             }
             TileOp::MakeBlockPtr {
