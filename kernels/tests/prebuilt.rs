@@ -8,14 +8,16 @@ use std::process::Command;
 
 use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::plan::{self, BackwardLayouts, ForwardLayouts};
-use kiln_kernels::attention::{AttentionParams, HEAD_DIMS, KeyLength, Layout, config, prebuilt};
+use kiln_kernels::attention::{
+    AttentionParams, DECODE_ROWS, HEAD_DIMS, KeyLength, Layout, config, prebuilt,
+};
 use kiln_runtime::{ParamType, waits_for_prior_grids};
 
 #[test]
 fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     let shipped = prebuilt::shipped();
-    // Forward, dQ, dK/dV, the fused pass, the split forward and its decode blocks with and
-    // without the mask; the split forward's combine and the fused backward's preprocessing and
+    // Forward, dQ, dK/dV, the fused pass, the forward in the decode blocks, the split forward
+    // and its decode blocks with and without the mask; the split forward's combine and the fused backward's preprocessing and
     // dQ conversion without; each forward whose blocks for short or long sequences are not its entry's own;
     // and the forward a negative scale runs where the long range's entry is persistent
     // (`_signed`).
@@ -48,7 +50,7 @@ fn every_shipped_specialisation_has_its_ptx_and_nothing_else_ships() {
     assert_eq!(
         shipped.len(),
         prebuilt::DTYPES.len()
-            * (Target::ALL.len() * HEAD_DIMS.len() * (6 * 2 + 3) + by_length + signed)
+            * (Target::ALL.len() * HEAD_DIMS.len() * (7 * 2 + 3) + by_length + signed)
     );
     assert!(
         shipped
@@ -262,8 +264,8 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
         ..decode
     };
     let launch = plan::forward(&causal, &layouts, Target::Sm90a).expect("a valid call");
-    // One row sees every key: the blocks without a mask, of 4 rows a head apart.
-    assert_eq!(launch.name, "attention_fwd_bf16_d128_sm_90a");
+    // One row sees every key: the decode blocks without a mask, of 4 rows a head apart.
+    assert_eq!(launch.name, "attention_fwd_bf16_d128_decode_sm_90a");
     assert!(
         launch.args.contains(&plan::Arg::I32(4)),
         "{:?}",
@@ -271,7 +273,7 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
     );
     let [split, combine] =
         plan::forward_split(&causal, &layouts, Target::Sm90a, 16).expect("a valid call");
-    assert_eq!(split.name, "attention_fwd_bf16_d128_decode_sm_90a");
+    assert_eq!(split.name, "attention_fwd_bf16_d128_split_decode_sm_90a");
     assert_eq!(split.grid, [1, 8, 16]);
     // The combine takes one of the 4 rows a program.
     assert_eq!(combine.grid, [4, 8, 1]);
@@ -288,14 +290,14 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
         };
         assert_eq!(splits(&p, 132), 1, "{heads} heads");
     }
-    // But decode steps split at least two ways however many their blocks, to run the decode
-    // blocks rather than blocks of 128 rows or more: 132 heads, or a batch of 32 x 32 at D64.
+    // Decode steps that fill the SMs do not split, and run unsplit in the decode blocks, not in
+    // blocks of 128 rows or more: 132 heads, or a batch of 32 x 32 at D64.
     let many = AttentionParams {
         heads_q: 132,
         heads_kv: 132,
         ..mha
     };
-    assert_eq!(splits(&many, 132), 2);
+    assert_eq!(splits(&many, 132), 1);
     let batch = AttentionParams {
         batch: 32,
         seqlen_k: 4096,
@@ -304,15 +306,19 @@ fn the_forward_splits_its_keys_only_where_its_blocks_leave_sms_idle() {
         head_dim: 64,
         ..decode
     };
-    assert_eq!(splits(&batch, 132), 2);
+    assert_eq!(splits(&batch, 132), 1);
     let (q, k) = (
         Layout::contiguous(1, 32, 64),
         Layout::contiguous(4096, 32, 64),
     );
     let batch_layouts = ForwardLayouts { q, k, v: k, o: q };
+    let unsplit = plan::forward(&batch, &batch_layouts, Target::Sm90a).expect("a valid call");
+    assert_eq!(unsplit.name, "attention_fwd_bf16_d64_decode_sm_90a");
+    assert_eq!(unsplit.grid, [1, 32 * 32, 1]);
+    assert_eq!(unsplit.config.block_m, DECODE_ROWS);
     let [split, _] =
         plan::forward_split(&batch, &batch_layouts, Target::Sm90a, 2).expect("a valid call");
-    assert_eq!(split.name, "attention_fwd_bf16_d64_decode_sm_90a");
+    assert_eq!(split.name, "attention_fwd_bf16_d64_split_decode_sm_90a");
     assert_eq!(splits(&decode, 1), 1);
     // compare.py's shapes (2048 blocks of 128 rows at head dim 128) never split.
     let long = AttentionParams {
@@ -365,7 +371,7 @@ fn only_the_combine_waits_for_the_kernel_before_it() {
         assert_eq!(wait.is_some(), waits_for_prior_grids(ptx.text), "{name}");
         let sm_90a = name.ends_with("_sm_90a");
         let combine = name.starts_with("attention_fwd_combine");
-        let split = name.contains("_split_") || name.contains("_decode_");
+        let split = name.contains("_split");
         assert_eq!(wait.is_some(), sm_90a && combine, "{name} waits");
         assert_eq!(
             launch.is_some(),

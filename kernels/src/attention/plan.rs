@@ -320,8 +320,11 @@ fn strides(layout: Layout) -> [Arg; 3] {
 }
 
 /// The forward pass on `target`: one launch of [`AttentionKernel::Forward`], configured as
-/// kiln's table says. Where the table's entry is persistent and `softmax_scale` negative (which
-/// a persistent forward does not take), the long range's entry runs, or where that one is
+/// kiln's table says. Heads of at most [`DECODE_ROWS`] query rows (after grouping: a batch of
+/// decode steps) run the table's decode blocks ([`AttentionConfig::decode`], `_decode`), not
+/// blocks of 128-256 rows mostly empty (D64, 32 x 32 heads against 4k keys: 576 against 244
+/// us, run 380). Where the table's entry is persistent and `softmax_scale` negative (which a
+/// persistent forward does not take), the long range's entry runs, or where that one is
 /// persistent too, [`signed_forward`].
 pub fn forward(
     p: &AttentionParams,
@@ -329,6 +332,12 @@ pub fn forward(
     target: Target,
 ) -> Result<Launch, AttentionError> {
     let (p, layouts) = &grouped(p, layouts);
+    if decodes(p) {
+        let decode = p.config(target)?.decode;
+        let launch = forward_in(p, layouts, target, decode, KeyLength::Medium)?;
+        let name = named(AttentionKernel::Forward, p, target, "_decode");
+        return Ok(Launch { name, ..launch });
+    }
     let config = p.config(target)?.forward;
     if !(config.persistent && p.softmax_scale < 0.0) {
         return forward_with(p, layouts, target, config);
@@ -445,11 +454,8 @@ pub const MAX_SPLITS: usize = 128;
 /// one's share of the key blocks. The programs stream keys at the memory's pace, so an idle
 /// SM is bandwidth lost: 95% took a D64 decode step of 16 heads from 7 splits to 8 and 14.3 to
 /// 12.8 us at 8k keys, 39.2 to 37.7 at 32k (docs/PERF.md, thirty-second session, run 377).
-///
-/// Heads of at most [`DECODE_ROWS`] rows (after grouping) whose keys are more than one block
-/// split at least 2 ways however many their blocks, so that they run the decode blocks, shipped
-/// split only: unsplit, a batch of decode steps ran the table's blocks of 128-256 rows and
-/// computed their empty rows (D64, 32 x 32 heads against 4k keys: 576 against 244 us; run 380).
+/// Heads of at most [`DECODE_ROWS`] rows (after grouping) count blocks of the decode blocks'
+/// rows, which [`fn@forward`] runs them in unsplit.
 pub fn forward_splits(
     p: &AttentionParams,
     target: Target,
@@ -459,8 +465,7 @@ pub fn forward_splits(
     let (config, _) = split_forward_config(p, target)?;
     let programs = programs.max(1) as usize;
     let tiles = p.batch * p.heads_q * p.seqlen_q.div_ceil(config.block_m);
-    let fewest = if decodes(p) { 2 } else { 1 };
-    if fewest == 1 && tiles * 5 >= programs * 4 {
+    if tiles * 5 >= programs * 4 {
         return Ok(1);
     }
     let key_blocks = p
@@ -474,11 +479,11 @@ pub fn forward_splits(
     let changes_shares = |splits: usize| {
         splits == 1 || key_blocks.div_ceil(splits) != key_blocks.div_ceil(splits - 1)
     };
-    let best = (fewest..=most)
+    let best = (1..=most)
         .filter(|&s| changes_shares(s))
         .map(efficiency)
         .fold(0.0, f64::max);
-    Ok((fewest..=most)
+    Ok((1..=most)
         .filter(|&s| changes_shares(s))
         .find(|&s| efficiency(s) >= 0.95 * best)
         .unwrap_or(1))
@@ -497,7 +502,7 @@ fn split_forward_config(
     let table = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
         .expect("the table covers every head dim in HEAD_DIMS");
     Ok(match decodes(p) {
-        true => (table.decode, "_decode"),
+        true => (table.decode, "_split_decode"),
         false => (table.split_forward(), "_split"),
     })
 }

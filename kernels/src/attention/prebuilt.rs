@@ -27,8 +27,9 @@ pub struct Specialisation {
 }
 
 /// Every specialisation kiln ships: for each dtype, head dim and target, the forward (in each of
-/// its blocks by sequence length, [`plan::signed_forward`] where there is one, and split over
-/// the keys with its combine: [`plan::forward_split`]) and both backwards' kernels, masked and
+/// its blocks by sequence length, [`plan::signed_forward`] where there is one, in the decode
+/// blocks, and split over the keys with its combine: [`plan::forward_split`]) and both
+/// backwards' kernels, masked and
 /// not where they read keys (the combine and the fused backward's preprocessing and dQ
 /// conversion kernels do not).
 pub fn shipped() -> Vec<Specialisation> {
@@ -66,7 +67,8 @@ pub fn shipped() -> Vec<Specialisation> {
                                     (AttentionKernel::Forward, config, name, spec)
                                 });
                             // The forward split over the keys, and its combine, in its
-                            // blocks for many query rows and for a decode step's.
+                            // blocks for many query rows and for a decode step's; and a
+                            // decode step's forward unsplit (a batch of them fills the GPU).
                             let split = if fused_backward {
                                 Vec::new()
                             } else {
@@ -78,12 +80,15 @@ pub fn shipped() -> Vec<Specialisation> {
                                     o: layout,
                                 };
                                 let decode = AttentionParams { seqlen_q: 1, ..p };
+                                let unsplit = plan::forward(&decode, &layouts, target)
+                                    .expect("a shipped head dim");
                                 [p, decode]
                                     .iter()
                                     .flat_map(|p| {
                                         plan::forward_split(p, &layouts, target, 2)
                                             .expect("a shipped head dim")
                                     })
+                                    .chain([unsplit])
                                     .map(|l| (l.kernel, l.config, l.name, l.spec))
                                     .collect()
                             };

@@ -898,11 +898,11 @@ fn attention_runs(case: &Case, dtype: DType) -> Vec<Run> {
         "attention_bwd_preprocess" | "attention_bwd_dq_convert"
     ) || flag_spec(case, "ACCUMULATE_DQ");
     let query_loop = (fused_backward && name == "attention_bwd_dkdv").then_some((200, 70, 1));
-    // The split forward of a decode step's few rows (`plan::forward_split`'s decode blocks):
-    // one row against one key block, one row of two heads sharing a kv head (grouped: two rows
-    // of one head) against 555 keys, and 13 rows (under a block, causal a bottom-right mask
-    // inside it) against 300.
-    let decode = flag_spec(case, "SPLIT") && int_spec(case, "BLOCK_M") <= DECODE_ROWS;
+    // The forward of a decode step's few rows, split or not (the decode blocks): one row
+    // against one key block, one row of two heads sharing a kv head (grouped: two rows of one
+    // head) against 555 keys, and 13 rows (under a block, causal a bottom-right mask inside
+    // it) against 300.
+    let decode = name == "attention_fwd" && int_spec(case, "BLOCK_M") <= DECODE_ROWS;
     let shapes: &[(usize, usize, usize)] = match decode {
         true => &[(1, 45, 2), (1, 555, 1), (13, 300, 2)],
         false => &[(70, 45, 2), (45, 70, 2), (40, 555, 1)],

@@ -267,8 +267,8 @@ fn table_entry(
     };
     // The fused backward's preprocessing and dQ conversion have no mask: their configuration is
     // the same either way. dK/dV adding dQ runs in the fused backward, whose table may differ.
-    // The table's own entries (medium sequences): the forward's `_short`, `_long` and `_decode`
-    // blocks are given as a spec.
+    // The table's own entries (medium sequences): the forward's `_short`, `_long`, `_decode`
+    // and `_split_decode` blocks are given as a spec.
     let flag = |name| matches!(spec.get(name), Some(SpecValue::Bool(true)));
     let (causal, fused) = (flag("CAUSAL"), flag("ACCUMULATE_DQ"));
     let Some(config) = attention::config(head_dim, causal, fused, target, KeyLength::Medium) else {
