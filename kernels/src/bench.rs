@@ -77,6 +77,16 @@ pub fn standard(dtype: DType, head_dim: usize, causal: bool, seqlen: usize) -> A
     }
 }
 
+/// A batch of decode steps that fills the GPU: 16 sequences of one query row against `seqlen`
+/// keys, [`standard`]'s heads, what the forward's decode blocks are tuned at.
+pub fn decode_steps(dtype: DType, head_dim: usize, causal: bool, seqlen: usize) -> AttentionParams {
+    AttentionParams {
+        batch: 16,
+        seqlen_q: 1,
+        ..standard(dtype, head_dim, causal, seqlen)
+    }
+}
+
 /// Forward FLOPs by the FlashAttention convention: `4 B H Nq Nk D`, halved when causal (the
 /// backward counts 2.5 times as many).
 pub fn forward_flops(p: &AttentionParams) -> f64 {

@@ -12,8 +12,8 @@ use kiln_runtime::Device;
 use crate::attention::check::Tolerance;
 use crate::attention::gpu::{self, Candidate, Overrides};
 use crate::attention::{
-    AttentionError, AttentionKernel, AttentionParams, KernelConfig, KeyLength, dkdv_dq_by_turns,
-    dkdv_key_major,
+    AttentionError, AttentionKernel, AttentionParams, DECODE_ROWS, KernelConfig, KeyLength,
+    dkdv_dq_by_turns, dkdv_key_major,
 };
 use crate::bench::{self, HeadReference, Pass, Problem, Sampling};
 use crate::reference::Rng;
@@ -119,6 +119,22 @@ pub fn candidates(
     all
 }
 
+/// The decode blocks tried ([`Setup::decode`]): [`DECODE_ROWS`] query rows against 32 to 256
+/// keys, 2, 4 or 8 warps side by side along the keys, 2 to 4 stages, on `mma.sync` with the row
+/// sums kept as lanes' partial sums, as the table's are.
+pub fn decode_candidates() -> Vec<KernelConfig> {
+    let mut all = Vec::new();
+    for block_n in [32, 64, 128, 256] {
+        for num_warps in [2, 4, 8] {
+            for num_stages in [2, 3, 4] {
+                let config = KernelConfig::new(DECODE_ROWS, block_n, num_warps, num_stages);
+                all.push(config.with_partial_sums());
+            }
+        }
+    }
+    all
+}
+
 /// What became of one candidate.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -159,6 +175,10 @@ pub struct Setup {
     pub sampling: Sampling,
     /// The configurations to try beside the table's, instead of [`candidates`].
     pub configs: Option<Vec<KernelConfig>>,
+    /// Whether the forward's decode blocks are tuned ([`crate::attention::AttentionConfig::decode`],
+    /// [`decode_candidates`]), checked on 13 rows and timed on a batch of decode steps
+    /// ([`bench::decode_steps`]), rather than its blocks at the benchmark setup.
+    pub decode: bool,
 }
 
 /// Compiles one candidate: `kernel` of the call `p` at `config` for `target`.
@@ -175,14 +195,20 @@ pub fn tune(
     progress: &mut dyn FnMut(&Trial),
 ) -> Result<Vec<Trial>, AttentionError> {
     let target = gpu::target(device)?;
-    let timed = AttentionParams {
-        fused_backward: setup.fused_backward,
-        ..bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen)
+    let (timed, (seqlen_q, seqlen_k)) = if setup.decode {
+        let steps = bench::decode_steps(setup.dtype, setup.head_dim, setup.causal, setup.seqlen);
+        // Rows under one block, the causal mask inside it.
+        (steps, (13, 999))
+    } else {
+        let timed = AttentionParams {
+            fused_backward: setup.fused_backward,
+            ..bench::standard(setup.dtype, setup.head_dim, setup.causal, setup.seqlen)
+        };
+        (timed, checked_seqlens(timed.key_length()))
     };
     let table = timed.config(target)?;
     // Ragged along every block size, unequal lengths, two query heads per kv head, and in the
     // timed call's range of lengths: the candidate is compiled as that range's specialisation.
-    let (seqlen_q, seqlen_k) = checked_seqlens(timed.key_length());
     let checked = AttentionParams {
         batch: 1,
         seqlen_q,
@@ -196,11 +222,14 @@ pub fn tune(
     let mut time = Problem::random(device, timed, rng)?;
     let mut trials = Vec::new();
     for &kernel in &setup.kernels {
-        let shipped = table.kernel(kernel);
-        let mut configs = setup
-            .configs
-            .clone()
-            .unwrap_or_else(|| candidates(kernel, target, setup.fused_backward));
+        let (shipped, tried) = match setup.decode {
+            true => (table.decode, decode_candidates()),
+            false => (
+                table.kernel(kernel),
+                candidates(kernel, target, setup.fused_backward),
+            ),
+        };
+        let mut configs = setup.configs.clone().unwrap_or(tried);
         configs.retain(|&c| c != shipped);
         configs.insert(0, shipped);
         for config in configs {
@@ -364,6 +393,25 @@ mod tests {
                             "{kernel:?} d{head_dim} {keys:?} (fused backward: {fused}): {shipped}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_decode_search_covers_the_tables_decode_blocks() {
+        let tried = decode_candidates();
+        assert!(
+            tried
+                .iter()
+                .all(|c| c.block_m == DECODE_ROWS && c.partial_sums)
+        );
+        for target in Target::ALL {
+            for head_dim in crate::attention::HEAD_DIMS {
+                for causal in [false, true] {
+                    let table = config(head_dim, causal, false, target, KeyLength::Medium);
+                    let decode = table.unwrap().decode;
+                    assert!(tried.contains(&decode), "{target} d{head_dim}: {decode}");
                 }
             }
         }

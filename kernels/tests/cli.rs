@@ -440,6 +440,18 @@ fn tune_refuses_bad_flags_naming_the_value() {
     assert!(err.contains("`-5`"), "{err}");
     let err = fails(&["tune", "--configs", "128x64:4:2,128x64:four:2"]);
     assert!(err.contains("got `128x64:four:2`"), "{err}");
+    let err = fails(&[
+        "tune",
+        "--decode",
+        "--kernels",
+        "attention_fwd,attention_bwd_dkdv",
+    ]);
+    assert!(
+        err.contains("attention_fwd alone, got `attention_bwd_dkdv`"),
+        "{err}"
+    );
+    let err = fails(&["tune", "--decode", "--backward", "fused"]);
+    assert!(err.contains("not `--backward fused`"), "{err}");
     let err = fails(&["tune", "--quick"]);
     assert!(err.contains("unknown flag `--quick`"), "{err}");
     assert!(err.contains("--head-dims"), "{err}");

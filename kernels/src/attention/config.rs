@@ -78,11 +78,14 @@
 //! short of registers compute their `wgmma` descriptors at issue: LLVM would hoist one register
 //! pair per instruction out of the loop.
 //!
-//! The forward split over the keys ([`super::plan::forward_split`]) runs, for heads of at most
-//! [`DECODE_ROWS`] query rows, the decode blocks: 16 rows of 4 warps along the keys on
-//! `mma.sync` at both targets (D32 16 x 256, D64 16 x 128, D128 16 x 64, 3 stages; D256 16 x
-//! 64, 2; hand-chosen from six measured variants, docs/PERF.md, thirty-second session); else
-//! the medium range's forward. Its combine takes one query row a program, 16 splits a tile.
+//! Heads of at most [`DECODE_ROWS`] query rows run decode blocks: 16 rows whose warps take
+//! keys of their own, on `mma.sync` at both targets. Split over the keys
+//! ([`super::plan::forward_split`]; a decode step too small for the GPU), 4 warps (D32 16 x
+//! 256, D64 16 x 128, D128 16 x 64, 3 stages; D256 16 x 64, 2; hand-chosen from six measured
+//! variants, docs/PERF.md, thirty-second session); unsplit (a batch of steps that fills it),
+//! the same but at D32 on sm_90a, 16 x 32 of 2 warps on 2 stages (`kiln tune --decode`, 1.25x,
+//! thirty-third session). A split forward of more rows runs the medium range's forward. Its
+//! combine takes one query row a program, 16 splits a tile.
 
 use kiln_dsl::Target;
 
@@ -91,8 +94,8 @@ use super::plan::AttentionKernel;
 /// Head dims the attention kernels are built for; any other is refused.
 pub const HEAD_DIMS: [usize; 4] = [32, 64, 128, 256];
 
-/// The most query rows a head (a GQA group's heads counted as rows) whose split forward runs
-/// [`AttentionConfig::decode`]'s blocks.
+/// The most query rows a head (a GQA group's heads counted as rows) whose forward runs the
+/// decode blocks ([`AttentionConfig::decode`], [`AttentionConfig::split_decode`]).
 pub const DECODE_ROWS: usize = 16;
 
 /// How one kernel is specialised and launched.
@@ -473,9 +476,13 @@ impl std::str::FromStr for KernelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionConfig {
     pub forward: KernelConfig,
-    /// The forward split over the keys where a head has at most [`DECODE_ROWS`] query rows (a
-    /// decode step, a GQA group's): blocks of 16 rows whose warps take keys of their own.
+    /// The forward where a head has at most [`DECODE_ROWS`] query rows (a decode step, a GQA
+    /// group's) and the call fills the GPU unsplit: blocks of 16 rows whose warps take keys of
+    /// their own, tuned on a batch of decode steps (`kiln tune --decode`).
     pub decode: KernelConfig,
+    /// [`AttentionConfig::decode`]'s blocks for a call split over the keys (a decode step of
+    /// too few heads for the GPU), whose programs each must keep more bytes in flight.
+    pub split_decode: KernelConfig,
     /// The split forward's combine.
     pub combine: KernelConfig,
     pub preprocess: KernelConfig,
@@ -770,17 +777,26 @@ pub fn config(
     };
     // A decode step's 16-row block (its rows past the end are work for nothing in any block)
     // on `mma.sync` at every target, its warps side by side along the keys, `P @ V` reading P
-    // from shared memory; as many keys a tile as keep two programs an SM.
-    let decode = match head_dim {
+    // from shared memory. Split, each of a few programs an SM streams its share of the keys: as
+    // many keys a tile as keep two programs an SM.
+    let split_decode = match head_dim {
         32 => c(16, 256, 4, 3),
         64 => c(16, 128, 4, 3),
         128 => c(16, 64, 4, 3),
         _ => c(16, 64, 4, 2),
     }
     .with_partial_sums();
+    // Unsplit, a batch of steps fills the SMs with programs: at D32 smaller ones, more of them
+    // an SM (16 x 32, 2 warps, 2 stages: 1.25x on 16 x 64 heads x 8k keys, run 387; at D64,
+    // D128 and D256 every candidate within 0.97-1.03x of these, runs 386-387).
+    let decode = match (target, head_dim) {
+        (Target::Sm90a, 32) => c(16, 32, 2, 2).with_partial_sums(),
+        _ => split_decode,
+    };
     Some(AttentionConfig {
         forward,
         decode,
+        split_decode,
         // One query row a program, 16 splits a tile (a decode step splits its keys 2 to
         // `MAX_SPLITS` ways, most often 16 or fewer).
         combine: KernelConfig {
@@ -815,7 +831,7 @@ pub fn all_block_sizes() -> Vec<usize> {
                 .into_iter()
                 .filter(|&k| k != AttentionKernel::Combine)
                 .map(move |k| c.kernel(k))
-                .chain([c.decode])
+                .chain([c.decode, c.split_decode])
         })
         .flat_map(|k| [Some(k.block_m), k.block_n])
         .flatten()

@@ -29,7 +29,7 @@
 //! loops' ring, and its output goes out by TMA from a tile of its own.
 //!
 //! With `SPLIT` (FlashDecoding, for calls whose query blocks are too few to fill the GPU: a
-//! decode step, in 16-row blocks, `AttentionConfig::decode`; a short chunk of queries against
+//! decode step, in 16-row blocks, `AttentionConfig::split_decode`; short queries against
 //! long keys; `plan::forward_splits` decides) a program takes one of `num_programs(2)` equal
 //! shares of the keys and writes its part, O divided by its own row sum (in f32: `OUT`) and its
 //! LSE, into a workspace; [`attention_fwd_combine`] weighs the parts by their LSEs into O, LSE.

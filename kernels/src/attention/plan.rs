@@ -147,7 +147,8 @@ pub enum Arg {
 /// `attention_bwd_dq_bf16_d128_causal_sm_90a`: what its compiled PTX is known by. The kernels
 /// that read no keys have no mask, so their names have none; those of the fused backward that
 /// differ from the split one's are `_fused`; a forward in other blocks for short or long
-/// sequences than the table's own entry is `_short` or `_long` ([`KeyLength`]).
+/// sequences than the table's own entry is `_short` or `_long` ([`KeyLength`]); one of at most
+/// [`DECODE_ROWS`] rows a head (after [`grouped`]) is `_decode` ([`fn@forward`]).
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
     specialisation_name_in(kernel, p, target, p.key_length())
 }
@@ -159,6 +160,9 @@ fn specialisation_name_in(
     target: Target,
     keys: KeyLength,
 ) -> String {
+    if kernel == AttentionKernel::Forward && decodes(&grouped_params(p).unwrap_or(*p)) {
+        return named(kernel, p, target, "_decode");
+    }
     // A forward whose blocks for these sequence lengths are not the table's own entry's.
     let blocks = |keys| {
         config(p.head_dim, p.causal, p.fused_backward, target, keys).map(|c| c.kernel(kernel))
@@ -334,9 +338,7 @@ pub fn forward(
     let (p, layouts) = &grouped(p, layouts);
     if decodes(p) {
         let decode = p.config(target)?.decode;
-        let launch = forward_in(p, layouts, target, decode, KeyLength::Medium)?;
-        let name = named(AttentionKernel::Forward, p, target, "_decode");
-        return Ok(Launch { name, ..launch });
+        return forward_in(p, layouts, target, decode, KeyLength::Medium);
     }
     let config = p.config(target)?.forward;
     if !(config.persistent && p.softmax_scale < 0.0) {
@@ -491,7 +493,7 @@ pub fn forward_splits(
 
 /// The blocks the split forward runs in, with its name's variant: with at most [`DECODE_ROWS`]
 /// query rows a head (after [`grouped`]), the table's decode blocks
-/// ([`AttentionConfig::decode`]); else its entry for medium lengths
+/// ([`AttentionConfig::split_decode`]); else its entry for medium lengths
 /// ([`AttentionConfig::split_forward`]): where it splits, its query blocks are mostly rows past
 /// the end, so not the long range's 256-row D64 blocks.
 fn split_forward_config(
@@ -502,7 +504,7 @@ fn split_forward_config(
     let table = config(p.head_dim, p.causal, false, target, KeyLength::Medium)
         .expect("the table covers every head dim in HEAD_DIMS");
     Ok(match decodes(p) {
-        true => (table.decode, "_split_decode"),
+        true => (table.split_decode, "_split_decode"),
         false => (table.split_forward(), "_split"),
     })
 }

@@ -17,7 +17,7 @@ use crate::bench::{numbers, parse_dtype, seconds};
 pub const USAGE: &str = concat!(
     "kiln tune [--dtype bf16|f16] [--head-dims 64,128] [--causal both|yes|no]
                 [--seqlen 4096] [--kernels attention_fwd,attention_bwd_dq,attention_bwd_dkdv]
-                [--backward split|fused] [--samples N] [--warm SECONDS]
+                [--backward split|fused] [--decode] [--samples N] [--warm SECONDS]
                 [--configs ",
     kiln_kernels::kernel_config_grammar!(),
     ",...]"
@@ -37,6 +37,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         warm: Duration::from_secs(1),
     };
     let mut configs = None;
+    let mut decode = false;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         let mut value = || {
@@ -80,6 +81,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                     }
                 }
             }
+            "--decode" => decode = true,
             "--samples" => sampling.samples = numbers(flag, value()?)?[0],
             "--warm" => sampling.warm = seconds(flag, value()?)?,
             "--configs" => {
@@ -93,8 +95,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown flag `{other}`\nusage: {USAGE}")),
         }
     }
+    // The decode blocks are the forward's.
+    if decode && fused_backward {
+        return Err(
+            "--decode tunes the forward's decode blocks, not `--backward fused`".to_string(),
+        );
+    }
+    if let Some(other) = kernels
+        .iter()
+        .flatten()
+        .find(|&&k| decode && k != AttentionKernel::Forward)
+    {
+        return Err(format!(
+            "--decode tunes the forward's decode blocks: --kernels attention_fwd alone, got `{}`",
+            other.name()
+        ));
+    }
     // The fused backward runs no dQ kernel: only its dK/dV (and the forward) have anything to tune.
     let kernels = match kernels {
+        None if decode => vec![AttentionKernel::Forward],
         None if fused_backward => vec![AttentionKernel::DkDv],
         None => vec![
             AttentionKernel::Forward,
@@ -109,12 +128,28 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Some(kernels) => kernels,
     };
     let backward = if fused_backward { "fused" } else { "split" };
+    // What the winners are: blocks of the table's `decode`, or of its kernels.
+    let what = if decode {
+        "decode blocks".to_string()
+    } else {
+        format!("{backward} backward")
+    };
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
+    let timed = if decode {
+        format!(
+            "the forward's decode blocks, timed at 16 decode steps against {seqlen} keys (heads = \
+             2048 / head dim)"
+        )
+    } else {
+        format!(
+            "{backward} backward, timed at seqlen {seqlen} (batch = 16384 / seqlen, heads = 2048 \
+             / head dim)"
+        )
+    };
     eprintln!(
-        "kiln tune on {} ({target}): {dtype}, {backward} backward, timed at seqlen {seqlen} \
-         (batch = 16384 / seqlen, heads = 2048 / head dim), {sampling}; each candidate \
-         checked against f64 first",
+        "kiln tune on {} ({target}): {dtype}, {timed}, {sampling}; each candidate checked \
+         against f64 first",
         device.name().unwrap_or_default()
     );
     let mut rng = Rng::new(Rng::fresh_seed());
@@ -130,6 +165,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                 fused_backward,
                 sampling,
                 configs: configs.clone(),
+                decode,
             };
             let trials = tune::tune(
                 &device,
@@ -145,7 +181,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
             crate::say!(
-                "\n### {dtype}, head dim {head_dim}, {}, {backward} backward\n",
+                "\n### {dtype}, head dim {head_dim}, {}, {what}\n",
                 if causal { "causal" } else { "not causal" }
             );
             crate::emit(&tune::table(&trials))?;
@@ -160,20 +196,26 @@ pub fn run(args: &[String]) -> Result<(), String> {
                             _ => "the table's did not run".to_string(),
                         };
                         format!(
-                            "{} d{head_dim}{}: {} ({speedup}: {})",
+                            "{} d{head_dim}{}{}: {} ({speedup}: {})",
                             kernel.name(),
                             if causal { " causal" } else { "" },
+                            if decode { " decode" } else { "" },
                             best.config,
                             shipped.config
                         )
                     }
-                    _ => format!("{}: no candidate ran correctly", kernel.name()),
+                    _ => format!(
+                        "{} d{head_dim}{}{}: no candidate ran correctly",
+                        kernel.name(),
+                        if causal { " causal" } else { "" },
+                        if decode { " decode" } else { "" },
+                    ),
                 };
                 winners.push(line);
             }
         }
     }
-    crate::say!("\n### winners on {target}, {backward} backward\n");
+    crate::say!("\n### winners on {target}, {what}\n");
     for line in winners {
         crate::say!("- {line}");
     }
