@@ -148,7 +148,8 @@ pub enum Arg {
 /// that read no keys have no mask, so their names have none; those of the fused backward that
 /// differ from the split one's are `_fused`; a forward in other blocks for short or long
 /// sequences than the table's own entry is `_short` or `_long` ([`KeyLength`]); one of at most
-/// [`DECODE_ROWS`] rows a head (after [`grouped`]) is `_decode` ([`fn@forward`]).
+/// [`DECODE_ROWS`] rows a head (a decode step's GQA group counted as rows) is `_decode`
+/// ([`fn@forward`]).
 pub fn specialisation_name(kernel: AttentionKernel, p: &AttentionParams, target: Target) -> String {
     specialisation_name_in(kernel, p, target, p.key_length())
 }
