@@ -457,8 +457,8 @@ pub const MAX_SPLITS: usize = 128;
 /// one's share of the key blocks. The programs stream keys at the memory's pace, so an idle
 /// SM is bandwidth lost: 95% took a D64 decode step of 16 heads from 7 splits to 8 and 14.3 to
 /// 12.8 us at 8k keys, 39.2 to 37.7 at 32k (docs/PERF.md, thirty-second session, run 377).
-/// Heads of at most [`DECODE_ROWS`] rows (after grouping) count blocks of the decode blocks'
-/// rows, which [`fn@forward`] runs them in unsplit.
+/// Heads of at most [`DECODE_ROWS`] rows (after grouping) count as one 16-row block each, the
+/// decode blocks [`fn@forward`] runs them in unsplit and [`forward_split`] split.
 pub fn forward_splits(
     p: &AttentionParams,
     target: Target,
