@@ -182,6 +182,13 @@ pub enum Op {
         value: Value,
         mask: Option<Value>,
     },
+    /// Adds 1 to the i32 at the scalar `ptr` once for the program, after every write the program
+    /// made before it is visible GPU-wide, and gives the value before (a scalar i32), after
+    /// which the writes other programs made before their arrivals are visible to it: the program
+    /// that reads `n - 1` is the last of `n` to arrive.
+    AtomicArrive {
+        ptr: Value,
+    },
     /// A window of `block_shape` at `offsets` into an array of `shape` with `strides` (all i64).
     /// The array may have more dimensions than the block (`shape`, `strides` and `offsets` one
     /// per array dimension, `order` one per block dimension): the block covers the last ones,
@@ -313,6 +320,7 @@ impl Op {
             Op::Load { .. } => "load",
             Op::Store { .. } => "store",
             Op::AtomicAdd { .. } => "atomic_add",
+            Op::AtomicArrive { .. } => "atomic_arrive",
             Op::MakeBlockPtr { .. } => "make_block_ptr",
             Op::Advance { .. } => "advance",
             Op::LoadBlock { .. } => "load_block",

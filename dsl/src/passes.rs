@@ -189,7 +189,7 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
             f(*ptr);
             offsets.iter().copied().for_each(f);
         }
-        Op::LoadBlock { ptr, .. } => f(*ptr),
+        Op::LoadBlock { ptr, .. } | Op::AtomicArrive { ptr } => f(*ptr),
         Op::StoreBlock { ptr, value, .. } | Op::AtomicAddBlock { ptr, value, .. } => {
             f(*ptr);
             f(*value);
@@ -217,6 +217,7 @@ fn has_effects(op: &Op) -> bool {
         op,
         Op::Store { .. }
             | Op::AtomicAdd { .. }
+            | Op::AtomicArrive { .. }
             | Op::StoreBlock { .. }
             | Op::AtomicAddBlock { .. }
             | Op::For { .. }

@@ -125,6 +125,7 @@ impl Printer<'_> {
             } => format!(" {}, check {boundary_check:?}", self.list(&[*ptr, *value])),
             Op::Yield { values } if values.is_empty() => String::new(),
             Op::GridControl(_) => String::new(),
+            Op::AtomicArrive { ptr } => format!(" {}", v(self, ptr)),
             Op::Yield { values } => format!(" {}", self.list(values)),
             Op::For {
                 lower,

@@ -549,3 +549,46 @@ fn semantic_errors_say_expected_versus_found_at_the_dsl_line() {
         "{err}"
     );
 }
+
+/// Each program writes its mark, arrives at one counter and keeps the count it read; the last
+/// to arrive adds up every program's mark, which the arrivals before its own made visible.
+#[kernel]
+fn arrivals<const BLOCK: usize>(
+    counter: Ptr<i32>,
+    tickets: Ptr<i32>,
+    marks: Ptr<i32>,
+    total: Ptr<i32>,
+) {
+    let pid = program_id(0);
+    let programs = num_programs(0);
+    store(marks + pid, pid + 1);
+    let before = atomic_arrive(counter);
+    store(tickets + pid, before);
+    if before == programs - 1 {
+        let mut sum = zeros([BLOCK], i32);
+        for first in (0..programs).step_by(BLOCK) {
+            let at = first + arange(0, BLOCK);
+            sum = sum + load(marks + at, at < programs, 0);
+        }
+        store(total, sum.sum(0));
+    }
+}
+
+#[test]
+fn arrivals_count_each_program_once_and_the_last_sees_every_write_before() {
+    let kernel = arrivals::build(&Spec::new().int("BLOCK", 64)).unwrap();
+    let programs = 257;
+    let counter = HostBuffer::zeros(I32, 1);
+    let tickets = HostBuffer::poisoned(I32, programs);
+    let marks = HostBuffer::zeros(I32, programs);
+    let total = HostBuffer::poisoned(I32, 1);
+    let args = [&counter, &tickets, &marks, &total].map(KernelArg::Buffer);
+    run(&kernel, Grid::new(programs as u32, 1, 1), &args).unwrap();
+    assert_eq!(counter.to_i64(), [programs as i64]);
+    // Every count from 0 to programs - 1 was read by exactly one program.
+    let mut tickets = tickets.to_i64();
+    tickets.sort_unstable();
+    assert_eq!(tickets, (0..programs as i64).collect::<Vec<_>>());
+    let n = programs as i64;
+    assert_eq!(total.to_i64(), [n * (n + 1) / 2]);
+}

@@ -1316,3 +1316,26 @@ fn grid_controls_come_before_any_memory_access() {
         "`launch_dependent_grids()` must be in the kernel body, not inside a loop or branch"
     );
 }
+
+/// An arrival counts in one i32: not in a float, not at a tile of counters.
+#[kiln_dsl::kernel]
+fn bad_arrival<const TILE: bool>(floats: Ptr<f32>, counters: Ptr<i32>) {
+    if TILE {
+        let count = atomic_arrive(counters + arange(0, 4));
+        store(counters, count);
+    } else {
+        let count = atomic_arrive(floats);
+        store(counters, count);
+    }
+}
+
+#[test]
+fn an_arrival_counts_in_one_i32() {
+    let float = semantic_error(bad_arrival::build(&Spec::new().flag("TILE", false)));
+    assert_eq!(
+        float.message(),
+        "`atomic_arrive` counts in one i32: it expects a scalar pointer to i32, got ptr<f32>"
+    );
+    let tile = semantic_error(bad_arrival::build(&Spec::new().flag("TILE", true)));
+    assert!(tile.message().ends_with("got ptr<i32>[4]"), "{tile}");
+}

@@ -674,6 +674,22 @@ impl<'a, 'g> BlockState<'a, 'g> {
                 self.regs[inst.results[0].index()] = out;
                 Ok(())
             }
+            // Blocks run one after another here: the arrivals of the blocks before are counted.
+            Op::AtomicArrive { ptr, pred } => {
+                let mut out = Vec::with_capacity(self.threads);
+                for t in 0..self.threads {
+                    if self.get(*pred, t) & 1 == 0 {
+                        out.push(0);
+                        continue;
+                    }
+                    let before = self.global.arrive(self.get(*ptr, t));
+                    out.push(before.map_err(|m| self.error(inst, Some(t), m))?);
+                }
+                self.regs[inst.results[0].index()] = out;
+                Ok(())
+            }
+            // Blocks run one after another, each thread's accesses in order.
+            Op::FenceGpu => Ok(()),
             Op::Ldmatrix { ptr, count, trans } => self.ldmatrix(inst, *ptr, *count, *trans),
             Op::Mma { a, b, c } => self.mma(inst, a, b, c),
             // Shared memory written before a barrier is the same to every proxy here, but for
@@ -1350,6 +1366,8 @@ impl<'a, 'g> BlockState<'a, 'g> {
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
             | Op::GridControl(_)
+            | Op::AtomicArrive { .. }
+            | Op::FenceGpu
             | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }
@@ -1455,6 +1473,8 @@ fn inst_name(op: &Op) -> &'static str {
         Op::MbarrierInit { .. } => "mbarrier.init",
         Op::FenceMbarrierInit => "fence.mbarrier_init",
         Op::GridControl(control) => grid_control_ptx(*control),
+        Op::AtomicArrive { .. } => "atom.acq_rel.gpu.global.add.u32",
+        Op::FenceGpu => "fence.acq_rel.gpu",
         Op::SetMaxNreg { .. } => "setmaxnreg",
         Op::MbarrierArriveExpectTx { .. } => "mbarrier.arrive.expect_tx",
         Op::MbarrierWait { .. } => "mbarrier.try_wait.parity",

@@ -120,6 +120,18 @@ impl<'a> Global<'a> {
         Ok(())
     }
 
+    /// `atom.add.u32` of 1 at `address` of an i32 buffer: the value before.
+    pub fn arrive(&self, address: u64) -> Result<u64, String> {
+        let (buffer, index) = self.locate(address, Type::I32)?;
+        if buffer.dtype() != DType::I32 {
+            return Err(format!(
+                "an arrival at a {} buffer at {address:#x}",
+                buffer.dtype()
+            ));
+        }
+        Ok(buffer.arrive_i32(index) as u32 as u64)
+    }
+
     /// `red.global.add.f32`: adds the f32 `bits` to an element of an f32 buffer.
     pub fn add_f32(&self, address: u64, bits: u64) -> Result<(), String> {
         let (buffer, index) = self.locate(address, Type::F32)?;

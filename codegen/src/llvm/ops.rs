@@ -187,6 +187,10 @@ impl<'ctx> Translation<'_, 'ctx> {
                 self.asm(&format!("{};", grid_control_ptx(*control)), &[], &[], &[])?;
                 return Ok(());
             }
+            Op::FenceGpu => {
+                self.asm("fence.acq_rel.gpu;", &[], &[], &[])?;
+                return Ok(());
+            }
             Op::SetMaxNreg { increase, regs } => {
                 let way = if *increase { "inc" } else { "dec" };
                 let asm = format!("setmaxnreg.{way}.sync.aligned.u32 {regs};");
@@ -323,6 +327,16 @@ impl<'ctx> Translation<'_, 'ctx> {
             Op::Const(Constant::Int(v)) => ty.into_int_type().const_int(*v as u64, true).into(),
             Op::Const(Constant::Float(v)) => ty.into_float_type().const_float(*v).into(),
             Op::Special(special) => self.special(*special)?,
+            Op::AtomicArrive { ptr, pred } => {
+                let ptr = self.value(*ptr)?.into_pointer_value();
+                let address = b.build_ptr_to_int(ptr, self.context.i64_type(), "")?;
+                let flag = self.asm_flag(*pred)?;
+                let asm = "{\n\t.reg .pred arrive;\n\tsetp.ne.b32 arrive, $2, 0;\n\t\
+                           mov.u32 $0, 0;\n\t\
+                           @arrive atom.acq_rel.gpu.global.add.u32 $0, [$1], 1;\n\t}";
+                let constraints = ["=r", "l", "r"].map(str::to_string);
+                self.asm(asm, &constraints, &[ty], &[address.into(), flag])?[0]
+            }
             Op::Int(op, x, y) => {
                 let (x, y) = (
                     self.value(*x)?.into_int_value(),
@@ -526,6 +540,7 @@ impl<'ctx> Translation<'_, 'ctx> {
             | Op::MbarrierInit { .. }
             | Op::FenceMbarrierInit
             | Op::GridControl(_)
+            | Op::FenceGpu
             | Op::SetMaxNreg { .. }
             | Op::MbarrierArriveExpectTx { .. }
             | Op::MbarrierArrive { .. }

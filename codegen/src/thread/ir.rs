@@ -259,6 +259,15 @@ pub enum Op {
         values: Vec<Reg>,
         pred: Option<Reg>,
     },
+    /// `atom.acq_rel.gpu.global.add.u32`: adds 1 to the i32 at global `ptr` where `pred` holds,
+    /// giving the value before there (0 where it does not).
+    AtomicArrive {
+        ptr: Reg,
+        pred: Reg,
+    },
+    /// `fence.acq_rel.gpu`: this thread's memory accesses before it are ordered GPU-wide
+    /// before those after it.
+    FenceGpu,
     /// Writes `values` (2, 4 or 8 of one type) to consecutive elements at `ptr` where `pred`
     /// holds (or always), one vector access (`st.shared.v4.b32` for eight 16-bit values, at most
     /// 16 bytes); `ptr` is aligned to the vector.

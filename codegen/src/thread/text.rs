@@ -281,6 +281,10 @@ fn op_text(op: &Op) -> String {
             format!("mbarrier.init {}, {count} if {}", reg(*bar), reg(*pred))
         }
         Op::FenceMbarrierInit => "fence.mbarrier_init".to_string(),
+        Op::AtomicArrive { ptr, pred } => {
+            format!("atom.acq_rel.gpu.add [{}], 1 if {}", reg(*ptr), reg(*pred))
+        }
+        Op::FenceGpu => "fence.acq_rel.gpu".to_string(),
         Op::GridControl(control) => grid_control_ptx(*control).to_string(),
         Op::SetMaxNreg { increase, regs } => {
             format!(

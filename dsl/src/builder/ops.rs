@@ -526,6 +526,31 @@ impl Builder {
         self.write(ptr, value, mask, true, loc)
     }
 
+    /// `atomic_arrive(counter)`: adds 1 to the i32 at the scalar pointer `counter` once for the
+    /// program and gives the value before. Every write the program made before is visible
+    /// GPU-wide before the addition, and the writes other programs made before their arrivals
+    /// are visible after it: of `n` programs arriving at one counter, the one that reads `n - 1`
+    /// is the last, and may read what all the others wrote (a split reduction's last program
+    /// adding up the parts). The counter is the caller's to zero.
+    pub fn atomic_arrive(&mut self, counter: Value, loc: Loc) -> Result<Value> {
+        let pointee = self.pointee(counter, "`atomic_arrive`", loc)?;
+        if pointee != DType::I32 || !self.ty(counter).is_scalar() {
+            return Err(Error::semantic(
+                loc,
+                format!(
+                    "`atomic_arrive` counts in one i32: it expects a scalar pointer to i32, got \
+                     {}",
+                    self.ty(counter)
+                ),
+            ));
+        }
+        Ok(self.push1(
+            Op::AtomicArrive { ptr: counter },
+            Type::scalar(DType::I32),
+            loc,
+        ))
+    }
+
     /// A store through pointers, or with `accumulate` an atomic add; through a block pointer
     /// without a mask, the block form of either.
     fn write(
@@ -804,6 +829,7 @@ impl Builder {
                 Op::Load { .. }
                     | Op::Store { .. }
                     | Op::AtomicAdd { .. }
+                    | Op::AtomicArrive { .. }
                     | Op::LoadBlock { .. }
                     | Op::StoreBlock { .. }
                     | Op::AtomicAddBlock { .. }

@@ -5,7 +5,8 @@
 //! they would on the GPU (one of the values wins), never undefined behaviour.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::{AcqRel, Relaxed};
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
 use half::{bf16, f16};
 
@@ -182,6 +183,16 @@ impl HostBuffer {
         let add = |bits: u32| Some(flush(flush(f32::from_bits(bits)) + flush(value)).to_bits());
         // The closure never refuses, so the update always succeeds.
         let _ = cells[index].fetch_update(Relaxed, Relaxed, add);
+    }
+
+    /// Adds 1 to element `index` of an i32 buffer as one atomic step that orders the calling
+    /// program's memory accesses before it (release) and after it (acquire), and gives the value
+    /// before: [`crate::Builder::atomic_arrive`].
+    pub fn arrive_i32(&self, index: usize) -> i32 {
+        let Cells::W32(cells) = &self.cells else {
+            unreachable!("the builder lets `atomic_arrive` count in i32 only")
+        };
+        cells[index].fetch_add(1, AcqRel) as i32
     }
 
     /// Writes an integer, wrapped to the buffer's width.

@@ -261,6 +261,10 @@ impl Program<'_, '_> {
                 self.store(inst, *ptr, *value, *mask, true)?;
                 Ok(Vec::new())
             }
+            Op::AtomicArrive { ptr } => {
+                let (buffer, index) = self.locate(inst, self.addrs(*ptr)[0])?;
+                one(Data::Int(vec![buffer.arrive_i32(index) as i64]))
+            }
             Op::MakeBlockPtr {
                 base,
                 shape,

@@ -136,6 +136,9 @@ impl Generator {
                 span,
             ),
             ExprKind::Trans(value) => self.builder_call("trans", vec![Value(value)], span),
+            ExprKind::AtomicArrive(counter) => {
+                self.builder_call("atomic_arrive", vec![Value(counter)], span)
+            }
             ExprKind::ExpandDims(value, axis) => {
                 self.builder_call("expand_dims", vec![Value(value), Value(axis)], span)
             }

@@ -37,6 +37,7 @@ const FUNCTIONS: &[(&str, &str)] = &[
         "`make_block_ptr(base, [shape], [strides], [offsets], [block_shape], [order])`",
     ),
     ("advance", "`advance(block_ptr, [offsets])`"),
+    ("atomic_arrive", "`atomic_arrive(counter)`"),
     ("dot", "`dot(a, b)` or `dot(a, b, acc)`"),
     ("trans", "`trans(x)`"),
     ("expand_dims", "`expand_dims(x, axis)`"),
@@ -259,6 +260,10 @@ impl BodyParser {
             "trans" => {
                 arity(&[1])?;
                 ExprKind::Trans(self.parse_boxed(args[0])?)
+            }
+            "atomic_arrive" => {
+                arity(&[1])?;
+                ExprKind::AtomicArrive(self.parse_boxed(args[0])?)
             }
             "expand_dims" => {
                 arity(&[2])?;

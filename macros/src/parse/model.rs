@@ -308,6 +308,8 @@ pub(crate) enum ExprKind {
         acc: Option<Box<Expr>>,
     },
     Trans(Box<Expr>),
+    /// `atomic_arrive(counter)`.
+    AtomicArrive(Box<Expr>),
     ExpandDims(Box<Expr>, Box<Expr>),
     BroadcastTo(Box<Expr>, Vec<Expr>),
     Reduce(ReduceOp, Box<Expr>, Box<Expr>),
@@ -357,7 +359,8 @@ impl ExprKind {
             | ExprKind::Cast(value, _)
             | ExprKind::ProgramId(value)
             | ExprKind::NumPrograms(value)
-            | ExprKind::Trans(value) => vec![&**value],
+            | ExprKind::Trans(value)
+            | ExprKind::AtomicArrive(value) => vec![&**value],
             ExprKind::Binary(_, lhs, rhs)
             | ExprKind::Compare(_, lhs, rhs)
             | ExprKind::Arange(lhs, rhs)

@@ -111,6 +111,35 @@ pub fn split_k_dot<T, const M: usize, const N: usize, const K: usize>(
     atomic_add(sums + rows, sum(a_tile.to::<f32>(), 1), rows < M - 1);
 }
 
+/// A sum split over programs, finished by the last to arrive: each program adds up its block of
+/// `x` into its part, arrives at `counter`, and the program that arrives last (it reads every
+/// other's part, which their arrivals made visible) adds up the parts into `out` and zeroes the
+/// counter for the next launch.
+#[kernel]
+pub fn split_sum<T, const BLOCK: usize>(
+    x: Ptr<T>,
+    parts: Ptr<f32>,
+    counter: Ptr<i32>,
+    out: Ptr<f32>,
+    n: i32,
+) {
+    let offs = program_id(0) * BLOCK + arange(0, BLOCK);
+    store(
+        parts + program_id(0),
+        load(x + offs, offs < n, 0.0).to::<f32>().sum(0),
+    );
+    let programs = num_programs(0);
+    if atomic_arrive(counter) == programs - 1 {
+        let mut total = zeros([BLOCK], f32);
+        for first in (0..programs).step_by(BLOCK) {
+            let part = first + arange(0, BLOCK);
+            total = total + load(parts + part, part < programs, 0.0);
+        }
+        store(out, total.sum(0));
+        store(counter, 0);
+    }
+}
+
 /// How close a run's outputs must be to the interpreter's.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Tolerance {
@@ -314,6 +343,11 @@ pub fn cases() -> Vec<Case> {
                 kernel,
                 reduced(F32),
             );
+        }
+        for dtype in [F32, F16] {
+            let spec = Spec::new().dtype("T", dtype).int("BLOCK", 64);
+            let kernel = split_sum::build(&spec).expect("split_sum builds");
+            case(format!("split_sum_{dtype}_b64"), kernel, reduced(F32));
         }
         for (dtype, bias) in [(F16, F32), (BF16, BF16)] {
             let blocks = gemm::GemmBlocks::default();
@@ -805,6 +839,31 @@ fn unlabelled_runs(case: &Case) -> Vec<Run> {
                         Arg::I32(depth as i32),
                     ],
                     grid: [programs(depth, k), 1, 1],
+                })
+                .collect()
+        }
+        "split_sum" => {
+            let block = int_spec(case, "BLOCK");
+            // One program; 16; and 79, more parts than the last program adds up in one tile. The
+            // counter must be back at zero after.
+            [1, 1000, 5000]
+                .into_iter()
+                .map(|n| Run {
+                    label: format!("{n}"),
+                    buffers: vec![
+                        inputs(dtype, n, 16),
+                        HostBuffer::poisoned(DType::F32, n.div_ceil(block)),
+                        HostBuffer::zeros(DType::I32, 1),
+                        HostBuffer::poisoned(DType::F32, 1),
+                    ],
+                    args: vec![
+                        Arg::Buffer(0),
+                        Arg::Buffer(1),
+                        Arg::Buffer(2),
+                        Arg::Buffer(3),
+                        Arg::I32(n as i32),
+                    ],
+                    grid: [programs(n, block), 1, 1],
                 })
                 .collect()
         }

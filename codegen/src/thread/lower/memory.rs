@@ -8,6 +8,7 @@ use kiln_dsl::ir::{Inst as TileInst, Value};
 use kiln_dsl::types::DType;
 
 use super::dot::{Addressing, SharedBase, SharedTile, aligned_tile_bytes};
+use super::producer::Role;
 use super::turns::{FIRST_TURN, WARPGROUP_THREADS};
 use super::{Lowering, Result, memory_type, unsupported};
 use crate::layout::wgmma::WARPS_PER_WARPGROUP;
@@ -143,6 +144,46 @@ impl Lowering<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `atomic_arrive`: each thread's writes fenced GPU-wide and the block met, thread 0 adds 1
+    /// (acquiring and releasing) and hands the value before to every thread through shared
+    /// memory, the block meets again (the scratch is free after it), and each thread fences
+    /// before what it reads next: CUDA's threadfence-reduction pattern.
+    pub(super) fn atomic_arrive(&mut self, inst: &TileInst, ptr: Value) -> Result<Reg> {
+        if self.role != Role::Whole {
+            return Err(unsupported(
+                inst,
+                "`atomic_arrive` meets the whole block at a barrier, which a program with a \
+                 producer warpgroup does not",
+            ));
+        }
+        let ptr = self.reg(ptr)?;
+        self.emit_effect(Op::FenceGpu);
+        self.barrier();
+        let zero = self.int_const(Type::I32, 0);
+        let first = self.emit(Op::IntCmp(IntCmp::Eq, self.tid, zero), Type::I1);
+        let before = self.emit(Op::AtomicArrive { ptr, pred: first }, Type::I32);
+        let base = self.scratch_base();
+        self.reserve_shared(inst, 4)?;
+        let slot = self.shared_slot(base, zero, Type::I32);
+        self.emit_effect(Op::Store {
+            ptr: slot,
+            value: before,
+            pred: Some(first),
+        });
+        self.barrier();
+        let value = self.emit(
+            Op::Load {
+                ptr: slot,
+                pred: None,
+                other: None,
+            },
+            Type::I32,
+        );
+        self.barrier();
+        self.emit_effect(Op::FenceGpu);
+        Ok(value)
     }
 
     /// An i64 register of a scalar integer value (block pointer fields are i64 in the IR).

@@ -829,6 +829,7 @@ impl Lowering<'_> {
                 self.store(inst, *ptr, *value, *mask, true)?;
                 Ok(Vec::new())
             }
+            TileOp::AtomicArrive { ptr } => one(vec![self.atomic_arrive(inst, *ptr)?]),
             // Placed at the program's entry when it is assembled (a producer's and the
             // consumers' walks of the body both meet it: once is enough).
             TileOp::GridControl(control) => {
