@@ -431,6 +431,40 @@ pub fn designed_cases() -> Vec<Case> {
     c.params.softmax_scale = -0.7;
     c.splits = 3;
     cases.push(c);
+    // Decode steps unsplit in the decode blocks (a batch that fills the GPU): one row of MHA,
+    // 13 rows of GQA causal inside the block, a full block at D256, and D32's own blocks (at
+    // both targets: the cases alternate) strided with a negative scale, and grouped.
+    for (mut c, layout, scale) in [
+        (
+            case(BF16, 3, 1, 1500, 8, 8, 64, false),
+            LayoutKind::Packed,
+            0.125,
+        ),
+        (
+            case(F16, 2, 13, 700, 4, 2, 128, true),
+            LayoutKind::Packed,
+            0.09,
+        ),
+        (
+            case(BF16, 1, 16, 333, 2, 2, 256, false),
+            LayoutKind::HeadsMajor,
+            0.06,
+        ),
+        (
+            case(F16, 2, 1, 999, 4, 4, 32, true),
+            LayoutKind::Padded,
+            -0.4,
+        ),
+        (
+            case(BF16, 1, 1, 1025, 2, 1, 32, false),
+            LayoutKind::Packed,
+            0.2,
+        ),
+    ] {
+        c.layout = layout;
+        c.params.softmax_scale = scale;
+        cases.push(c);
+    }
     // A decode step of GQA, its groups' heads the rows of one block (`plan`'s `grouped`): causal
     // (one row sees every key), split, strided.
     for (mut c, layout, splits) in [
