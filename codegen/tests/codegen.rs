@@ -1272,6 +1272,62 @@ fn staged_tiles_are_fenced_for_wgmma_and_nothing_else_is() {
     );
 }
 
+/// A product stored by TMA (a GEMM's C, as `gemm_bias_gelu` stores it), then an arrival: the
+/// fence before the count does not order the async proxy's writes, so the arrival is refused
+/// there; stored through pointers, it is not.
+#[kernel]
+fn stored_then_arrived<const BLOCK_STORE: bool>(
+    a: Ptr<f16>,
+    b: Ptr<f16>,
+    c: Ptr<f16>,
+    counter: Ptr<i32>,
+    k: i32,
+    row_stride: i64,
+) {
+    let mut a_block = make_block_ptr(a, [64, k], [row_stride, 1], [0, 0], [64, 32], [1, 0]);
+    let mut b_block = make_block_ptr(b, [k, 64], [row_stride, 1], [0, 0], [32, 64], [1, 0]);
+    let mut acc = zeros([64, 64], f32);
+    for _ in (0..k).step_by(32) {
+        acc = dot(load(a_block, [0, 1]), load(b_block, [0, 1]), acc);
+        a_block = advance(a_block, [0, 32]);
+        b_block = advance(b_block, [32, 0]);
+    }
+    if BLOCK_STORE {
+        let c_block = make_block_ptr(c, [64, k], [row_stride, 1], [0, 0], [64, 64], [1, 0]);
+        store(c_block, acc.to::<f16>(), [0, 1]);
+    } else {
+        let rows = arange(0, 64).expand_dims(1);
+        store(
+            c + rows * 64 + arange(0, 64).expand_dims(0),
+            acc.to::<f16>(),
+        );
+    }
+    let count = atomic_arrive(counter);
+    store(counter + 1, count);
+}
+
+#[test]
+fn an_arrival_after_a_tma_store_is_refused() {
+    let options = CompileOptions::new(Target::Sm90a, 4)
+        .with_wgmma(true)
+        .with_stages(3);
+    let options = ["a", "b", "c", "row_stride"]
+        .into_iter()
+        .fold(options, |o, name| o.with_divisibility(name, 16));
+    let build = |block_store| {
+        stored_then_arrived::build(&Spec::new().flag("BLOCK_STORE", block_store)).unwrap()
+    };
+    let err = thread_program(&build(true), &options).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`atomic_arrive` after a store by TMA would not order"),
+        "{err}"
+    );
+    let program = thread_program(&build(false), &options).unwrap();
+    let text = program.to_string();
+    assert!(text.contains("atom.acq_rel.gpu.add"), "{text}");
+}
+
 /// The wgmma GEMM writes C by TMA (a swizzled shared tile, a proxy fence and a barrier, one
 /// lane's bulk copy, its wait at the end): without the barrier the copy reads what other threads
 /// wrote unordered, without the fence what the async proxy may not see yet, without the wait

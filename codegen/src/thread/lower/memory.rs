@@ -158,6 +158,14 @@ impl Lowering<'_> {
                  producer warpgroup does not",
             ));
         }
+        // A TMA store's writes are the async proxy's, which the fence does not order.
+        if self.bulk_stores {
+            return Err(unsupported(
+                inst,
+                "`atomic_arrive` after a store by TMA would not order that store's writes: \
+                 store through pointers before an arrival",
+            ));
+        }
         let ptr = self.reg(ptr)?;
         self.emit_effect(Op::FenceGpu);
         self.barrier();
