@@ -197,6 +197,45 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
     })
 }
 
+/// `cuLaunchKernelEx` with programmatic stream serialization: the kernel's programs may start
+/// before the kernel before it on `stream` ends, and must wait for that kernel before they touch
+/// memory ([`waits_for_prior_grids`]).
+///
+/// # Safety
+/// As [`result::launch_kernel`]'s: `function` takes the parameters `params` points to.
+unsafe fn launch_programmatic(
+    function: sys::CUfunction,
+    [x, y, z]: [u32; 3],
+    threads: u32,
+    shared_bytes: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> std::result::Result<(), cudarc::driver::DriverError> {
+    // Safety: a union of plain integers, all zero before the one field set.
+    let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attribute = sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = sys::CUlaunchConfig {
+        gridDimX: x,
+        gridDimY: y,
+        gridDimZ: z,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared_bytes,
+        hStream: stream,
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    // Safety: as the caller vouches; `config` and its attribute live through the call.
+    unsafe { sys::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) }
+        .result()
+}
+
 /// Whether `ptx` waits for the kernels it depends on (`griddepcontrol.wait`, the DSL's
 /// `wait_for_prior_grids()`, which kiln-codegen puts before any memory access): such a kernel
 /// may start while the kernel before it on its stream still runs.
@@ -282,34 +321,14 @@ impl LoadedKernel {
             // until the call returns (the driver copies them); the caller vouches for memory.
             unsafe {
                 if programmatic {
-                    // Its programs may start before the kernel before it ends: they wait for
-                    // that kernel's end and writes before they touch memory.
-                    let mut value: sys::CUlaunchAttributeValue = std::mem::zeroed();
-                    value.programmaticStreamSerializationAllowed = 1;
-                    let mut attribute = sys::CUlaunchAttribute {
-                        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-                        pad: [0; 4],
-                        value,
-                    };
-                    let config = sys::CUlaunchConfig {
-                        gridDimX: x,
-                        gridDimY: y,
-                        gridDimZ: z,
-                        blockDimX: threads,
-                        blockDimY: 1,
-                        blockDimZ: 1,
-                        sharedMemBytes: self.shared_bytes,
-                        hStream: stream,
-                        attrs: &mut attribute,
-                        numAttrs: 1,
-                    };
-                    sys::cuLaunchKernelEx(
-                        &config,
+                    launch_programmatic(
                         function,
-                        pointers.as_mut_ptr(),
-                        std::ptr::null_mut(),
+                        grid,
+                        threads,
+                        self.shared_bytes,
+                        stream,
+                        &mut pointers,
                     )
-                    .result()
                 } else {
                     result::launch_kernel(
                         function,

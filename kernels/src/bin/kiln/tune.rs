@@ -96,20 +96,23 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     // The decode blocks are the forward's.
-    if decode && fused_backward {
-        return Err(
-            "--decode tunes the forward's decode blocks, not `--backward fused`".to_string(),
-        );
-    }
-    if let Some(other) = kernels
-        .iter()
-        .flatten()
-        .find(|&&k| decode && k != AttentionKernel::Forward)
-    {
-        return Err(format!(
-            "--decode tunes the forward's decode blocks: --kernels attention_fwd alone, got `{}`",
-            other.name()
-        ));
+    if decode {
+        if fused_backward {
+            return Err(
+                "--decode tunes the forward's decode blocks, not `--backward fused`".to_string(),
+            );
+        }
+        if let Some(other) = kernels
+            .iter()
+            .flatten()
+            .find(|&&k| k != AttentionKernel::Forward)
+        {
+            return Err(format!(
+                "--decode tunes the forward's decode blocks: --kernels attention_fwd alone, got \
+                 `{}`",
+                other.name()
+            ));
+        }
     }
     // The fused backward runs no dQ kernel: only its dK/dV (and the forward) have anything to tune.
     let kernels = match kernels {
