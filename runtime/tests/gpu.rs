@@ -8,11 +8,15 @@
 //! Run it on a machine with a GPU: `cargo test --release -p kiln-runtime --features gpu --test gpu`,
 //! or build it here and run it there with `scripts/device-gpu-tests.sh` (then `.device/kiln-gpu-tests`).
 //! An argument runs only the cases whose names contain it (`.device/kiln-gpu-tests attention_`).
+//! Last, `stream_workspaces` checks kiln-runtime's `StreamWorkspaces` against the driver
+//! (`gpu/workspaces.rs`).
 
 #[path = "gpu/cases.rs"]
 mod cases;
 #[path = "gpu/ptx/mod.rs"]
 mod ptx;
+#[path = "gpu/workspaces.rs"]
+mod workspaces;
 
 use std::process::ExitCode;
 
@@ -172,8 +176,27 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{passed} runs agree with the interpreter, {failed} do not, {skipped} cases skipped");
-    if failed == 0 && passed > 0 {
+    // The split forward's kept workspaces, by the driver.
+    let (mut workspaces_passed, mut workspaces_failed) = (0, 0);
+    if "stream_workspaces".contains(&filter) {
+        for (name, outcome) in workspaces::check(&device) {
+            match outcome {
+                Ok(()) => {
+                    println!("{:40} {name:18} ok", "stream_workspaces");
+                    workspaces_passed += 1;
+                }
+                Err(message) => {
+                    println!("{:40} {name:18} FAILED: {message}", "stream_workspaces");
+                    workspaces_failed += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "{passed} runs agree with the interpreter, {failed} do not, {skipped} cases skipped; \
+         stream workspaces: {workspaces_passed} checks pass, {workspaces_failed} fail"
+    );
+    if failed + workspaces_failed == 0 && passed + workspaces_passed > 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
