@@ -262,6 +262,23 @@ pub enum GridControl {
 }
 
 impl Op {
+    /// Whether the op writes global memory: a store or an atomic.
+    pub fn writes_memory(&self) -> bool {
+        matches!(
+            self,
+            Op::Store { .. }
+                | Op::AtomicAdd { .. }
+                | Op::AtomicArrive { .. }
+                | Op::StoreBlock { .. }
+                | Op::AtomicAddBlock { .. }
+        )
+    }
+
+    /// Whether the op reads or writes global memory.
+    pub fn accesses_memory(&self) -> bool {
+        self.writes_memory() || matches!(self, Op::Load { .. } | Op::LoadBlock { .. })
+    }
+
     /// The op's name as the printer spells it.
     pub fn name(&self) -> &'static str {
         match self {

@@ -213,18 +213,11 @@ pub fn for_each_operand(op: &Op, mut f: impl FnMut(Value)) {
 }
 
 fn has_effects(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Store { .. }
-            | Op::AtomicAdd { .. }
-            | Op::AtomicArrive { .. }
-            | Op::StoreBlock { .. }
-            | Op::AtomicAddBlock { .. }
-            | Op::For { .. }
-            | Op::If { .. }
-            | Op::Yield { .. }
-            | Op::GridControl(_)
-    )
+    op.writes_memory()
+        || matches!(
+            op,
+            Op::For { .. } | Op::If { .. } | Op::Yield { .. } | Op::GridControl(_)
+        )
 }
 
 fn collect_uses(region: &Region, used: &mut HashSet<Value>) {

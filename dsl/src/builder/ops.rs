@@ -824,18 +824,7 @@ impl Builder {
             ));
         }
         if let Some(before) = self.open[0].region.insts.iter().find(|inst| {
-            matches!(
-                inst.op,
-                Op::Load { .. }
-                    | Op::Store { .. }
-                    | Op::AtomicAdd { .. }
-                    | Op::AtomicArrive { .. }
-                    | Op::LoadBlock { .. }
-                    | Op::StoreBlock { .. }
-                    | Op::AtomicAddBlock { .. }
-                    | Op::For { .. }
-                    | Op::If { .. }
-            )
+            inst.op.accesses_memory() || matches!(inst.op, Op::For { .. } | Op::If { .. })
         }) {
             return Err(Error::semantic(
                 loc,
