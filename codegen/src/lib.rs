@@ -556,7 +556,13 @@ pub fn compile_keeping(
     // One LLVM context per compile: nothing is shared between threads or between kernels.
     let context = Context::create();
     let machine = ptx::target_machine(options.target)?;
-    let module = llvm::lower(&context, &program, &machine, options.line_info)?;
+    let module = llvm::lower(
+        &context,
+        &program,
+        options.target,
+        &machine,
+        options.line_info,
+    )?;
     let llir = keep_text.then(|| module.print_to_string().to_string());
     ptx::optimize(&module, &machine)?;
     let llir_opt = keep_text.then(|| module.print_to_string().to_string());

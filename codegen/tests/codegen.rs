@@ -4157,6 +4157,72 @@ fn a_dump_writes_every_stage() {
     std::fs::remove_dir_all(&dump).unwrap();
 }
 
+/// Two spellings that spare LLVM 19's proxy registers, whose erasure walks the whole function
+/// once per proxy (docs/PERF.md, thirty-fifth session), in what the shipped kernels are:
+/// `ldmatrix` words for an f16 `mma.sync` come from inline PTX into f32 registers (no bitcast
+/// from `i32`), those for a bf16 `mma.sync` or a `wgmma` from LLVM's intrinsic into `%r`; and
+/// sm_80's bf16 widening is kiln's shift, not an `fpext` (LLVM's starts with a bitcast to `i16`),
+/// where sm_90a keeps `cvt.f32.bf16`.
+#[test]
+fn f16_mma_words_and_sm_80_bf16_widening_spare_llvm_proxy_registers() {
+    let ptx = |name: &str| {
+        std::fs::read_to_string(manifest_path(&format!("../kernels/ptx/{name}.ptx")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    // The register kind of every `ldmatrix` destination: `f` or `r`.
+    let word_kinds = |name: &str| -> Vec<String> {
+        let text = ptx(name);
+        let kinds: Vec<String> = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("ldmatrix"))
+            .flat_map(|l| {
+                let words = &l[l.find('{').unwrap() + 1..l.find('}').unwrap()];
+                words
+                    .split(", ")
+                    .map(|w| w.trim_start_matches('%')[..1].to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(!kinds.is_empty(), "{name} has no ldmatrix");
+        kinds
+    };
+    for (name, kind) in [
+        ("attention_bwd_dkdv_f16_d128_causal_fused_sm_80", "f"),
+        ("attention_bwd_dq_f16_d64_sm_80", "f"),
+        ("attention_fwd_f16_d128_sm_80", "f"),
+        ("attention_bwd_dkdv_f16_d256_causal_fused_sm_90a", "f"),
+        ("attention_bwd_dkdv_bf16_d128_causal_fused_sm_80", "r"),
+        ("attention_fwd_f16_d64_long_sm_90a", "r"),
+    ] {
+        let kinds = word_kinds(name);
+        assert!(kinds.iter().all(|k| k == kind), "{name}: {kinds:?}");
+        if kind == "f" {
+            // Each f32 word reaches the `mma` as a `mov.b32`, which ptxas folds away.
+            assert!(
+                ptx(name).matches("mov.b32").count() >= kinds.len(),
+                "{name}"
+            );
+        }
+    }
+    let llir = |target: Target| {
+        let s = prebuilt::shipped()
+            .into_iter()
+            .find(|s| s.name == format!("attention_bwd_dq_bf16_d128_{target}"))
+            .unwrap();
+        let kernel = s.kernel.build(&s.spec).unwrap();
+        let options = attention_options(s.kernel, s.config, s.target);
+        let compiled = compile_keeping(&kernel, &options, Keep::EveryStage).unwrap();
+        compiled.stage(Stage::Llir).unwrap().to_string()
+    };
+    let (sm_80, sm_90a) = (llir(Target::Sm80), llir(Target::Sm90a));
+    assert_eq!(sm_80.matches("fpext bfloat").count(), 0);
+    assert!(
+        sm_80.matches("shl i32").count() >= 128,
+        "the widening shifts"
+    );
+    assert!(sm_90a.matches("fpext bfloat").count() >= 128);
+}
+
 /// Compile cost, DSL to PTX, of every attention specialisation kiln ships, one after the
 /// other, as a launch compiles them ([`Keep::Ptx`]): building the IR from the DSL, then every
 /// stage to PTX. The five slowest are timed again (best of 3) and split by stage. Printed for

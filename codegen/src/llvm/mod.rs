@@ -24,8 +24,8 @@ use inkwell::types::{AnyType, BasicMetadataTypeEnum, BasicType, BasicTypeEnum, F
 use inkwell::values::{BasicValueEnum, CallSiteValue, FunctionValue, GlobalValue, PointerValue};
 use kiln_dsl::Loc;
 
-use crate::thread::{Block, Program, Reg, Space, Type};
-use crate::{CodegenError, Stage};
+use crate::thread::{Block, Op, Program, Reg, Space, Type};
+use crate::{CodegenError, Stage, Target};
 
 type Result<T> = std::result::Result<T, CodegenError>;
 
@@ -33,12 +33,13 @@ type Result<T> = std::result::Result<T, CodegenError>;
 const GLOBAL: u16 = 1;
 const SHARED: u16 = 3;
 
-/// Translates `program` into a new module of `context`, for `machine`'s target, and runs the
-/// LLVM verifier on it. With `line_info`, every instruction from a tile op carries that op's
+/// Translates `program` into a new module of `context`, for `target` (`machine`'s), and runs
+/// the LLVM verifier on it. With `line_info`, every instruction from a tile op carries that op's
 /// DSL source line and column (the `debug` module).
 pub fn lower<'ctx>(
     context: &'ctx Context,
     program: &Program,
+    target: Target,
     machine: &TargetMachine,
     line_info: bool,
 ) -> Result<Module<'ctx>> {
@@ -103,7 +104,9 @@ pub fn lower<'ctx>(
         builder,
         function,
         program,
+        target,
         values: vec![None; program.types.len()],
+        f16_mma_operands: f16_mma_operands(program),
         shared,
         tensor_maps: Vec::new(),
         line_info: line_info
@@ -139,13 +142,44 @@ pub(crate) struct Translation<'a, 'ctx> {
     builder: Builder<'ctx>,
     function: FunctionValue<'ctx>,
     program: &'a Program,
+    target: Target,
     /// The LLVM value of every register translated so far.
     values: Vec<Option<BasicValueEnum<'ctx>>>,
+    /// By register: whether an f16 `mma.sync` reads it (`ops::ldmatrix` loads those as f32).
+    f16_mma_operands: Vec<bool>,
     /// The block's shared memory, where the program uses any.
     shared: Option<GlobalValue<'ctx>>,
     /// The tensor map parameters, by the program's map index.
     tensor_maps: Vec<PointerValue<'ctx>>,
     line_info: Option<debug::LineInfo<'a, 'ctx>>,
+}
+
+/// By register of `program`: whether an f16 `mma.sync` reads it as an operand.
+fn f16_mma_operands(program: &Program) -> Vec<bool> {
+    fn visit(block: &Block, program: &Program, read: &mut [bool]) {
+        for inst in &block.insts {
+            match &inst.op {
+                Op::Mma { a, b, .. } if program.ty(a[0]) == Type::F16x2 => {
+                    for r in a.iter().chain(b) {
+                        read[r.index()] = true;
+                    }
+                }
+                Op::For { body, .. } => visit(body, program, read),
+                Op::If {
+                    then_block,
+                    else_block,
+                    ..
+                } => {
+                    visit(then_block, program, read);
+                    visit(else_block, program, read);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut read = vec![false; program.types.len()];
+    visit(&program.body, program, &mut read);
+    read
 }
 
 impl<'ctx> Translation<'_, 'ctx> {

@@ -10,7 +10,7 @@ use crate::thread::{
     Cast, Constant, FloatCmp, FloatOp, Inst, IntCmp, IntOp, Math, Op, ShuffleMode, Special,
     grid_control_ptx,
 };
-use crate::{CodegenError, Stage};
+use crate::{CodegenError, Stage, Target};
 
 /// `shfl.sync`'s operands for a whole warp: every lane takes part, lanes clamp at 31.
 const FULL_WARP: u64 = 0xffff_ffff;
@@ -554,8 +554,14 @@ impl<'ctx> Translation<'_, 'ctx> {
         })
     }
 
-    /// `llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{.trans}.b16`, its i32 results as the
-    /// results' 16-bit pairs.
+    /// `ldmatrix.sync.aligned.m8n8.x{count}{.trans}.b16`, its 32-bit words as the results'
+    /// 16-bit pairs, from LLVM's intrinsic (`i32` words), or where every pair is an f16
+    /// `mma.sync` operand from inline PTX with f32 words, each bitcast to `<2 x half>` (a
+    /// `mov.b32`). LLVM 19 selects a bitcast from `i32` to `<2 x half>` as a proxy register,
+    /// and its proxy-register erasure walks the whole function once per proxy: a fifth of the
+    /// f16 `mma.sync` kernels' compile time. ptxas assembles both to the same machine code
+    /// (docs/PERF.md). Words for `wgmma` keep the intrinsic: inline asm would change how LLVM
+    /// merges the branches they sit in.
     fn ldmatrix(
         &self,
         ptr: crate::thread::Reg,
@@ -563,21 +569,38 @@ impl<'ctx> Translation<'_, 'ctx> {
         trans: bool,
         inst: &Inst,
     ) -> Result<Vec<BasicValueEnum<'ctx>>> {
-        // Overloaded on the pointer: `.p3`, a shared-memory pointer.
-        let name = format!(
-            "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{}.b16.p3",
-            if trans { ".trans" } else { "" }
-        );
-        let i32_type = self.context.i32_type();
+        let trans = if trans { ".trans" } else { "" };
+        let ptr_value = self.value(ptr)?;
+        let f16 = inst
+            .results
+            .iter()
+            .all(|r| self.f16_mma_operands[r.index()]);
+        let word_type: BasicTypeEnum<'ctx> = if f16 {
+            self.context.f32_type().into()
+        } else {
+            self.context.i32_type().into()
+        };
         let words_type: BasicTypeEnum<'ctx> = match count {
-            1 => i32_type.into(),
+            1 => word_type,
             n => self
                 .context
-                .struct_type(&vec![i32_type.into(); n as usize], false)
+                .struct_type(&vec![word_type; n as usize], false)
                 .into(),
         };
-        let ptr_value = self.value(ptr)?;
-        let loaded = self.call_declared(&name, words_type, &[ptr_value])?;
+        let loaded = if f16 {
+            let words: Vec<String> = (0..count).map(|i| format!("${i}")).collect();
+            let asm = format!(
+                "ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16 {{{}}}, [${count}];",
+                words.join(", ")
+            );
+            let mut constraints = vec!["=f"; count as usize];
+            constraints.push("l");
+            self.read_only_asm(&asm, &constraints.join(","), words_type, ptr_value)?
+        } else {
+            // Overloaded on the pointer: `.p3`, a shared-memory pointer.
+            let name = format!("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16.p3");
+            self.call_declared(&name, words_type, &[ptr_value])?
+        };
         let words: Vec<BasicValueEnum<'ctx>> = match loaded {
             BasicValueEnum::StructValue(s) => (0..count as u32)
                 .map(|i| self.builder.build_extract_value(s, i, ""))
@@ -589,6 +612,44 @@ impl<'ctx> Translation<'_, 'ctx> {
             .zip(&inst.results)
             .map(|(word, &r)| Ok(self.builder.build_bit_cast(word, self.ty(r), "")?))
             .collect()
+    }
+
+    /// Inline PTX `asm` that only reads the memory `ptr` points to, as a load intrinsic does
+    /// (`memory(argmem: read)`, `nounwind`): LLVM may remove, merge or move it as such a load,
+    /// but not into a branch (`convergent`: `.sync.aligned` statements need every lane).
+    fn read_only_asm(
+        &self,
+        asm: &str,
+        constraints: &str,
+        returns: BasicTypeEnum<'ctx>,
+        ptr: BasicValueEnum<'ctx>,
+    ) -> Result<BasicValueEnum<'ctx>> {
+        let fn_type = returns.fn_type(&[ptr.get_type().into()], false);
+        let asm_value = self.context.create_inline_asm(
+            fn_type,
+            asm.to_string(),
+            constraints.to_string(),
+            false,
+            false,
+            None,
+            false,
+        );
+        let call = self
+            .builder
+            .build_indirect_call(fn_type, asm_value, &[ptr.into()], "")?;
+        // `memory(argmem: read)`: LLVM's encoding gives each location two bits, argument
+        // memory the lowest, and `Ref` (read) is 1.
+        let attributes = [("memory", 1), ("nounwind", 0), ("convergent", 0)];
+        for (name, value) in attributes {
+            let kind = Attribute::get_named_enum_kind_id(name);
+            call.add_attribute(
+                AttributeLoc::Function,
+                self.context.create_enum_attribute(kind, value),
+            );
+        }
+        call.try_as_basic_value().basic().ok_or_else(|| {
+            CodegenError::internal(Stage::Llir, "expected the inline asm to return its words")
+        })
     }
 
     /// `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32`: LLVM's f16 intrinsic
@@ -1013,6 +1074,19 @@ impl<'ctx> Translation<'_, 'ctx> {
         })
     }
 
+    /// A bf16 widened to f32 as bits, `(x as u32) << 16`: sm_80 has no `cvt.f32.bf16`, and
+    /// LLVM 19's own widening starts with a bitcast to `i16`, a proxy register its erasure
+    /// walks the whole function for, each of them (256 in the D128 dQ kernel). Here the bitcast
+    /// folds into the load's type; the PTX is the same shift, and ptxas's machine code the same.
+    fn bf16_to_f32_by_bits(&self, x: BasicValueEnum<'ctx>) -> Result<BasicValueEnum<'ctx>> {
+        let b = &self.builder;
+        let (i16_type, i32_type) = (self.context.i16_type(), self.context.i32_type());
+        let bits = b.build_bit_cast(x, i16_type, "")?.into_int_value();
+        let wide = b.build_int_z_extend(bits, i32_type, "")?;
+        let high = b.build_left_shift(wide, i32_type.const_int(16, false), "")?;
+        Ok(b.build_bit_cast(high, self.context.f32_type(), "")?)
+    }
+
     fn cast(
         &self,
         cast: Cast,
@@ -1021,6 +1095,13 @@ impl<'ctx> Translation<'_, 'ctx> {
     ) -> Result<BasicValueEnum<'ctx>> {
         let b = &self.builder;
         Ok(match cast {
+            Cast::FpExt
+                if self.target == Target::Sm80
+                    && x.get_type() == self.context.bf16_type().into()
+                    && to == self.context.f32_type().into() =>
+            {
+                self.bf16_to_f32_by_bits(x)?
+            }
             Cast::FpExt => b
                 .build_float_ext(x.into_float_value(), to.into_float_type(), "")?
                 .into(),
