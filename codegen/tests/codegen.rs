@@ -4161,8 +4161,8 @@ fn a_dump_writes_every_stage() {
 /// once per proxy (docs/PERF.md, thirty-fifth session), in what the shipped kernels are:
 /// `ldmatrix` words for an f16 `mma.sync` come from inline PTX into f32 registers (no bitcast
 /// from `i32`), those for a bf16 `mma.sync` or a `wgmma` from LLVM's intrinsic into `%r`; and
-/// sm_80's bf16 widening is kiln's shift, not an `fpext` (LLVM's starts with a bitcast to `i16`),
-/// where sm_90a keeps `cvt.f32.bf16`.
+/// sm_80 widens bf16 by its own shift or mask of the loaded words, not an `fpext` (LLVM's starts
+/// with a bitcast to `i16`), where sm_90a keeps `cvt.f32.bf16`.
 #[test]
 fn f16_mma_words_and_sm_80_bf16_widening_spare_llvm_proxy_registers() {
     let ptx = |name: &str| {
@@ -4215,12 +4215,12 @@ fn f16_mma_words_and_sm_80_bf16_widening_spare_llvm_proxy_registers() {
         compiled.stage(Stage::Llir).unwrap().to_string()
     };
     let (sm_80, sm_90a) = (llir(Target::Sm80), llir(Target::Sm90a));
+    // The elements of dO and O a thread widens (for their rows' dot products), two to a 32-bit
+    // word of their vector loads: the low ones shifted up, the high ones masked.
     assert_eq!(sm_80.matches("fpext bfloat").count(), 0);
-    assert!(
-        sm_80.matches("shl i32").count() >= 128,
-        "the widening shifts"
-    );
-    assert!(sm_90a.matches("fpext bfloat").count() >= 128);
+    assert_eq!(sm_80.matches(", -65536,").count(), 128);
+    assert!(sm_80.matches(", 16,").count() >= 128);
+    assert_eq!(sm_90a.matches("fpext bfloat").count(), 128);
 }
 
 /// Compile cost, DSL to PTX, of every attention specialisation kiln ships, one after the
