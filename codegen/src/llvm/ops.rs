@@ -589,13 +589,18 @@ impl<'ctx> Translation<'_, 'ctx> {
         };
         let loaded = if f16 {
             let words: Vec<String> = (0..count).map(|i| format!("${i}")).collect();
+            // A constant offset goes into the statement, as LLVM folds it into the intrinsic's.
+            let (base, offset) = match self.constant_offset(ptr_value) {
+                Some((base, offset)) => (base, format!("+{offset}")),
+                None => (ptr_value, String::new()),
+            };
             let asm = format!(
-                "ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16 {{{}}}, [${count}];",
+                "ldmatrix.sync.aligned.m8n8.x{count}{trans}.shared.b16 {{{}}}, [${count}{offset}];",
                 words.join(", ")
             );
             let mut constraints = vec!["=f"; count as usize];
             constraints.push("l");
-            self.read_only_asm(&asm, &constraints.join(","), words_type, ptr_value)?
+            self.read_only_asm(&asm, &constraints.join(","), words_type, base)?
         } else {
             // Overloaded on the pointer: `.p3`, a shared-memory pointer.
             let name = format!("llvm.nvvm.ldmatrix.sync.aligned.m8n8.x{count}{trans}.b16.p3");
@@ -612,6 +617,28 @@ impl<'ctx> Translation<'_, 'ctx> {
             .zip(&inst.results)
             .map(|(word, &r)| Ok(self.builder.build_bit_cast(word, self.ty(r), "")?))
             .collect()
+    }
+
+    /// `ptr` as `getelementptr T, base, C` with a constant index: the base and the offset in
+    /// bytes, for f16 and bf16 elements.
+    fn constant_offset(&self, ptr: BasicValueEnum<'ctx>) -> Option<(BasicValueEnum<'ctx>, i64)> {
+        let inst = ptr.as_instruction_value()?;
+        if inst.get_opcode() != InstructionOpcode::GetElementPtr || inst.get_num_operands() != 2 {
+            return None;
+        }
+        let element = inst.get_gep_source_element_type().ok()?;
+        let half: [BasicTypeEnum<'ctx>; 2] = [
+            self.context.f16_type().into(),
+            self.context.bf16_type().into(),
+        ];
+        if !half.contains(&element) {
+            return None;
+        }
+        let BasicValueEnum::IntValue(index) = inst.get_operand(1)?.value()? else {
+            return None;
+        };
+        let index = index.get_sign_extended_constant()?;
+        Some((inst.get_operand(0)?.value()?, index.checked_mul(2)?))
     }
 
     /// Inline PTX `asm` that only reads the memory `ptr` points to, as a load intrinsic does
