@@ -7,8 +7,9 @@
 //! store a branch around the access (a masked-off lane never touches memory, even
 //! speculatively), shared memory an `addrspace(3)` array (static, or dynamic above 48 KiB),
 //! the approximate math, `ldmatrix` and `mma.sync` the NVVM intrinsics (or inline PTX where LLVM
-//! has none, or where LLVM 19's own spelling would cost compile time: `ops::ldmatrix`). Every instruction carries the source location of the tile op it came from
-//! (the `debug` module), for the PTX's `.loc` lines.
+//! has none, or where LLVM 19's own spelling would cost compile time: `ops::ldmatrix`). Every
+//! instruction carries the source location of the tile op it came from (the `debug` module),
+//! for the PTX's `.loc` lines.
 
 mod control;
 mod debug;

@@ -620,8 +620,8 @@ impl<'ctx> Translation<'_, 'ctx> {
     }
 
     /// `ptr` as `getelementptr T, base, C` with a constant index: the base and the offset in
-    /// bytes, for f16 and bf16 elements.
-    fn constant_offset(&self, ptr: BasicValueEnum<'ctx>) -> Option<(BasicValueEnum<'ctx>, i64)> {
+    /// bytes (an `i32`, as PTX's address offsets are), for f16 and bf16 elements.
+    fn constant_offset(&self, ptr: BasicValueEnum<'ctx>) -> Option<(BasicValueEnum<'ctx>, i32)> {
         let inst = ptr.as_instruction_value()?;
         if inst.get_opcode() != InstructionOpcode::GetElementPtr || inst.get_num_operands() != 2 {
             return None;
@@ -638,7 +638,8 @@ impl<'ctx> Translation<'_, 'ctx> {
             return None;
         };
         let index = index.get_sign_extended_constant()?;
-        Some((inst.get_operand(0)?.value()?, index.checked_mul(2)?))
+        let bytes = i32::try_from(index.checked_mul(2)?).ok()?;
+        Some((inst.get_operand(0)?.value()?, bytes))
     }
 
     /// Inline PTX `asm` that only reads the memory `ptr` points to, as a load intrinsic does
