@@ -4230,7 +4230,8 @@ fn f16_mma_words_and_bf16_widening_spare_llvm_proxy_registers() {
 
 /// Compile cost, DSL to PTX, of every attention specialisation kiln ships, one after the
 /// other, as a launch compiles them ([`Keep::Ptx`]): building the IR from the DSL, then every
-/// stage to PTX. The five slowest are timed again (best of 3) and split by stage. Printed for
+/// stage to PTX. The ten slowest are timed again (best of 3), the five slowest of those split
+/// by stage. Printed for
 /// docs/PERF.md (kiln aims under 100 ms a kernel); the bound here only catches a blow-up on a
 /// slow CI machine.
 #[test]
@@ -4258,9 +4259,11 @@ fn attention_kernels_compile_in_well_under_a_second() {
             println!("slowest on {target}: {} {cost:.1} ms", s.name);
         }
     }
-    // Best of 3 of the slowest, whole and by part: building the IR from the DSL, the layout
-    // and thread stages, and the rest (LLVM IR, passes, NVPTX).
-    for &(_, s) in costs.iter().take(5) {
+    // Best of 3 of the ten slowest, whole and by part: building the IR from the DSL, the
+    // layout and thread stages, and the rest (LLVM IR, passes, NVPTX). Ten, not five: one
+    // reading on a busy machine spreads by up to 30%, more than the slowest kernels differ.
+    let mut slowest = Vec::new();
+    for &(_, s) in costs.iter().take(10) {
         let options = attention_options(s.kernel, s.config, s.target);
         let (mut best, mut build, mut thread) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
         for _ in 0..3 {
@@ -4273,12 +4276,15 @@ fn attention_kernels_compile_in_well_under_a_second() {
             thread_program(&built, &options).unwrap();
             thread = thread.min(ms(start));
         }
+        assert!(best < 1000.0, "{} took {best:.0} ms to compile", s.name);
+        slowest.push((best, build, thread, &s.name));
+    }
+    slowest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (best, build, thread, name) in slowest.into_iter().take(5) {
         println!(
-            "compile cost {}: {best:.1} ms (DSL -> PTX, best of 3): build {build:.1} ms, \
+            "compile cost {name}: {best:.1} ms (DSL -> PTX, best of 3): build {build:.1} ms, \
              layout + thread {thread:.1} ms, LLVM (IR, passes, NVPTX) {:.1} ms",
-            s.name,
             best - build - thread
         );
-        assert!(best < 1000.0, "{} took {best:.0} ms to compile", s.name);
     }
 }
