@@ -166,15 +166,9 @@ struct BlockState<'a, 'g> {
 /// Whether `block` (or a block nested in it) lets warps run apart: a named barrier, or a
 /// plain `mbarrier` arrival (a buffer's `empty` barrier, in place of a `bar.sync`).
 fn runs_apart(block: &Block) -> bool {
-    block.insts.iter().any(|inst| match &inst.op {
-        Op::NamedBarrier { .. } | Op::MbarrierArrive { .. } => true,
-        Op::For { body, .. } => runs_apart(body),
-        Op::If {
-            then_block,
-            else_block,
-            ..
-        } => runs_apart(then_block) || runs_apart(else_block),
-        _ => false,
+    block.insts.iter().any(|inst| {
+        matches!(inst.op, Op::NamedBarrier { .. } | Op::MbarrierArrive { .. })
+            || inst.op.nested_blocks().into_iter().any(runs_apart)
     })
 }
 

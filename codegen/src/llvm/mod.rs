@@ -159,22 +159,15 @@ pub(crate) struct Translation<'a, 'ctx> {
 fn f16_mma_operands(program: &Program) -> Vec<bool> {
     fn visit(block: &Block, program: &Program, read: &mut [bool]) {
         for inst in &block.insts {
-            match &inst.op {
-                Op::Mma { a, b, .. } if program.ty(a[0]) == Type::F16x2 => {
-                    for r in a.iter().chain(b) {
-                        read[r.index()] = true;
-                    }
+            if let Op::Mma { a, b, .. } = &inst.op
+                && program.ty(a[0]) == Type::F16x2
+            {
+                for r in a.iter().chain(b) {
+                    read[r.index()] = true;
                 }
-                Op::For { body, .. } => visit(body, program, read),
-                Op::If {
-                    then_block,
-                    else_block,
-                    ..
-                } => {
-                    visit(then_block, program, read);
-                    visit(else_block, program, read);
-                }
-                _ => {}
+            }
+            for nested in inst.op.nested_blocks() {
+                visit(nested, program, read);
             }
         }
     }

@@ -541,6 +541,21 @@ pub struct Block {
     pub insts: Vec<Inst>,
 }
 
+impl Op {
+    /// The blocks nested in this op: a `for`'s body, an `if`'s two branches.
+    pub fn nested_blocks(&self) -> Vec<&Block> {
+        match self {
+            Op::For { body, .. } => vec![body],
+            Op::If {
+                then_block,
+                else_block,
+                ..
+            } => vec![then_block, else_block],
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// A kernel parameter: a global pointer or a scalar, in the tile kernel's argument order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
