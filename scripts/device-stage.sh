@@ -4,14 +4,17 @@
 #
 #     scripts/device-stage.sh .device/r390 [--bench ../shared/bench] [--lib NAME=path/to/libkiln_kernels.so]...
 #     # there (carry .device/r390):  bash .device/r390/run.sh [FILTER]
+#     # with SANITIZE=1 before it, also racecheck and synccheck over every attention case
+#     # (about 6 minutes more on an H200: run 404, docs/PERF.md)
 #
 # It holds kiln-gpu-tests (scripts/device-gpu-tests.sh), the attention checks
 # (scripts/device-attention.sh), this tree's libkiln_kernels.so as `lib_this` beside any other
 # `--lib` builds to compare, the bench folder (compare.py, kiln_ctypes.py) and the scripts that
 # drive the C interface. run.sh runs, logging each under $OUT: the GPU tests (FILTER: only cases
 # whose name holds it) and memcheck on the split and decode forwards, the designed checks against
-# fp32 and SDPA, the stream workspaces (also under memcheck), and few_query_blocks.py over every
-# staged library; then prints a short table of what passed.
+# fp32 and SDPA, the stream workspaces (also under memcheck), few_query_blocks.py over every
+# staged library and, with SANITIZE=1, racecheck and synccheck; then prints a short table of
+# what passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -110,6 +113,14 @@ step streams-memcheck streams-memcheck.txt compute-sanitizer --tool memcheck \
     python3 stream_workspaces.py --bench bench lib_this/libkiln_kernels.so
 mapfile -t staged < <(ls -d lib_*/libkiln_kernels.so)
 step few-query-blocks few-query-blocks.txt python3 few_query_blocks.py --bench bench "${staged[@]}"
+if [ "${SANITIZE:-0}" = 1 ]; then
+    # The fused backward's preprocessing uses no shared memory: racecheck skips it.
+    for kernels in attention_fwd attention_bwd_dkdv attention_bwd_dq; do
+        step "racecheck $kernels" "racecheck-$kernels.txt" \
+            compute-sanitizer --tool racecheck ./kiln-gpu-tests "$kernels"
+    done
+    step synccheck synccheck.txt compute-sanitizer --tool synccheck ./kiln-gpu-tests attention_
+fi
 cat "$out/few-query-blocks.txt"
 echo "libraries, in column order: ${staged[*]}"
 printf '%s\n' "${summary[@]}"
