@@ -31,7 +31,7 @@ pub fn target_machine(target: Target) -> Result<TargetMachine, CodegenError> {
         .create_target_machine(
             &triple,
             target.name(),
-            target_features(target),
+            &target_features(target),
             OptimizationLevel::Default,
             RelocMode::Default,
             CodeModel::Default,
@@ -75,11 +75,8 @@ pub fn emit(module: &Module<'_>, machine: &TargetMachine) -> Result<String, Code
         .map_err(|e| CodegenError::llvm(Stage::Ptx, format!("expected utf-8 ptx text: {e}")))
 }
 
-/// The LLVM target features of `target`: the PTX ISA version it needs (sm_90a's 8.1 for the
-/// vector `red.global.add.v{2,4}.f32`).
-fn target_features(target: Target) -> &'static str {
-    match target {
-        Target::Sm80 => "+ptx70",
-        Target::Sm90a => "+ptx81",
-    }
+/// The LLVM target features of `target`: the PTX ISA version it declares ([`Target::ptx_isa`]).
+fn target_features(target: Target) -> String {
+    let (major, minor) = target.ptx_isa();
+    format!("+ptx{major}{minor}")
 }

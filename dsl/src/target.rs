@@ -8,9 +8,9 @@ use std::str::FromStr;
 /// The GPU architecture PTX is emitted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
-    /// Ampere and later (runs on Hopper too): PTX ISA 7.0.
+    /// Ampere and later (runs on Hopper too).
     Sm80,
-    /// Hopper with its architecture-specific features (wgmma, TMA): PTX ISA 8.0; runs on sm_90 only.
+    /// Hopper with its architecture-specific features (wgmma, TMA); runs on sm_90 only.
     Sm90a,
 }
 
@@ -34,14 +34,34 @@ impl Target {
         }
     }
 
-    /// The best target for a GPU of compute capability `(major, minor)`: sm_90a on Hopper (its
-    /// `a` features run on 9.0 only), sm_80 on any other GPU from Ampere on, `None` before it.
-    pub fn for_capability(major: i32, minor: i32) -> Option<Target> {
-        match (major, minor) {
-            (9, 0) => Some(Target::Sm90a),
-            (8.., _) => Some(Target::Sm80),
-            _ => None,
+    /// The PTX ISA version kiln's PTX for this target declares (`.version`): sm_80's 7.0, the
+    /// first to know sm_80; sm_90a's 8.1, the first with the vector `red.global.add.v{2,4}.f32`.
+    pub fn ptx_isa(self) -> (u32, u32) {
+        match self {
+            Target::Sm80 => (7, 0),
+            Target::Sm90a => (8, 1),
         }
+    }
+
+    /// The oldest CUDA driver whose JIT reads this target's PTX, as `cuDriverGetVersion` gives
+    /// it (12010 for 12.1): the CUDA release of its PTX ISA (7.0 came with 11.0, 8.1 with 12.1).
+    pub fn min_driver(self) -> i32 {
+        match self {
+            Target::Sm80 => 11000,
+            Target::Sm90a => 12010,
+        }
+    }
+
+    /// The best target for a GPU of compute capability `(major, minor)` under a CUDA driver of
+    /// version `driver`: sm_90a on Hopper (its `a` features run on 9.0 only) where the driver
+    /// reads its PTX, else sm_80 on any GPU from Ampere on; `None` where neither runs.
+    pub fn for_device(major: i32, minor: i32, driver: i32) -> Option<Target> {
+        let newest = match (major, minor) {
+            (9, 0) => [Target::Sm90a, Target::Sm80].as_slice(),
+            (8.., _) => [Target::Sm80].as_slice(),
+            _ => [].as_slice(),
+        };
+        newest.iter().copied().find(|t| driver >= t.min_driver())
     }
 }
 
@@ -90,10 +110,15 @@ mod tests {
     }
 
     #[test]
-    fn capabilities_pick_the_newest_target_that_runs() {
-        assert_eq!(Target::for_capability(9, 0), Some(Target::Sm90a));
-        assert_eq!(Target::for_capability(8, 6), Some(Target::Sm80));
-        assert_eq!(Target::for_capability(10, 0), Some(Target::Sm80));
-        assert_eq!(Target::for_capability(7, 5), None);
+    fn devices_pick_the_newest_target_that_runs() {
+        let cuda_12_8 = 12080;
+        assert_eq!(Target::for_device(9, 0, cuda_12_8), Some(Target::Sm90a));
+        assert_eq!(Target::for_device(8, 6, cuda_12_8), Some(Target::Sm80));
+        assert_eq!(Target::for_device(10, 0, cuda_12_8), Some(Target::Sm80));
+        assert_eq!(Target::for_device(7, 5, cuda_12_8), None);
+        // A CUDA 12.0 driver reads PTX ISA 8.0 at most: Hopper runs the portable PTX there.
+        assert_eq!(Target::for_device(9, 0, 12010), Some(Target::Sm90a));
+        assert_eq!(Target::for_device(9, 0, 12000), Some(Target::Sm80));
+        assert_eq!(Target::for_device(9, 0, 10020), None);
     }
 }

@@ -45,7 +45,8 @@ fn run() -> Result<bool, AttentionError> {
         let p = &c.params;
         let inputs = Inputs::random(p, c.layout, c.draw, &mut rng);
         let interpreter = Outputs::poisoned(p, &inputs);
-        check::run_interpreter(p, target(&device)?, &inputs, &interpreter, c.splits)?;
+        // The target the GPU runs (`KILN_TARGET` too), whose block sizes the interpreter reproduces.
+        check::run_interpreter(p, gpu::target(&device)?, &inputs, &interpreter, c.splits)?;
         let (gpu, [dq_bits, dk_bits, dv_bits]) = on_gpu(&device, p, &inputs, c.splits)?;
         let report = gpu.compare(
             p,
@@ -124,13 +125,6 @@ fn first_launch(device: &Device) -> Result<(), AttentionError> {
         times[0], times[1]
     );
     Ok(())
-}
-
-/// The target whose PTX runs on `device`, whose block sizes the interpreter reproduces.
-fn target(device: &Device) -> Result<kiln_dsl::Target, AttentionError> {
-    let (major, minor) = device.compute_capability()?;
-    kiln_dsl::Target::for_capability(major, minor)
-        .ok_or_else(|| AttentionError::Unsupported(format!("compute capability {major}.{minor}")))
 }
 
 /// Forward (its keys split `splits` ways) and backward through the GPU API with poisoned

@@ -327,8 +327,14 @@ pub(crate) fn programmatic_launches() -> Result<bool> {
     Ok(driver_version()? >= 12030)
 }
 
+/// A driver's CUDA version as `cuDriverGetVersion` gives it (12010), as people write it
+/// (`CUDA 12.1`).
+pub fn cuda_release(version: i32) -> String {
+    format!("CUDA {}.{}", version / 1000, version % 1000 / 10)
+}
+
 /// The driver's CUDA version (12000 for 12.0), read once a process.
-fn driver_version() -> Result<i32> {
+pub fn driver_version() -> Result<i32> {
     static VERSION: OnceLock<i32> = OnceLock::new();
     if let Some(&version) = VERSION.get() {
         return Ok(version);

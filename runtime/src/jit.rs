@@ -14,7 +14,7 @@ use kiln_dsl::{Arg, Grid, KernelDef, Launcher, Spec, Target};
 use crate::launch::check_args;
 use crate::{
     Device, DeviceBuffer, LoadedKernel, ModuleCache, ModuleSource, ParamType, RawArg, RawStream,
-    RuntimeError,
+    RuntimeError, cuda_release, driver_version,
 };
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -44,12 +44,16 @@ impl Jit {
     /// with `kiln_dsl::Interpreter`).
     pub unsafe fn new(device: Device) -> Result<Jit> {
         let (major, minor) = device.compute_capability()?;
-        let target = Target::for_capability(major, minor).ok_or_else(|| RuntimeError::Launch {
-            kernel: "(any)".to_string(),
-            message: format!(
-                "kiln compiles for compute capability 8.0 and newer, got {major}.{minor}"
-            ),
-        })?;
+        let driver = driver_version()?;
+        let target =
+            Target::for_device(major, minor, driver).ok_or_else(|| RuntimeError::Launch {
+                kernel: "(any)".to_string(),
+                message: format!(
+                    "kiln compiles for compute capability 8.0 and newer, under a CUDA 11.0 \
+                     driver or later; got {major}.{minor} under {}",
+                    cuda_release(driver)
+                ),
+            })?;
         Ok(Jit {
             stream: device.raw_stream(),
             device,

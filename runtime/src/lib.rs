@@ -32,7 +32,9 @@ mod raw;
 mod timing;
 
 pub use buffer::DeviceBuffer;
-pub use context::{Context, RawStream, StreamWorkspaces, driver_present};
+pub use context::{
+    Context, RawStream, StreamWorkspaces, cuda_release, driver_present, driver_version,
+};
 pub use device::{Device, Function, Module, performance_warnings};
 pub use error::RuntimeError;
 pub use launch::{LaunchArg, LaunchConfig, ParamType};

@@ -22,7 +22,10 @@ use std::process::ExitCode;
 
 use kiln_dsl::{Grid, Target};
 use kiln_kernels::attention::prebuilt;
-use kiln_runtime::{Device, Function, LaunchArg, LaunchConfig, ParamType, RuntimeError};
+use kiln_runtime::{
+    Device, Function, LaunchArg, LaunchConfig, ParamType, RuntimeError, cuda_release,
+    driver_version,
+};
 
 use cases::{Arg, Case, Outcome, Run, Tolerance};
 
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         }
     };
     let capability = device.compute_capability().unwrap_or((0, 0));
+    let driver = driver_version().unwrap_or(0);
     println!(
         "device {}: {} (compute capability {}.{})",
         device.ordinal(),
@@ -125,11 +129,22 @@ fn main() -> ExitCode {
         .into_iter()
         .filter(|c| c.name.contains(&filter))
     {
-        // `sm_90a` PTX runs on compute capability 9.0 only.
+        // `sm_90a` PTX runs on compute capability 9.0 only, and under a driver that reads its
+        // PTX ISA.
         if case.target == Target::Sm90a && capability != (9, 0) {
             println!(
                 "{:40} {:18} skipped: needs compute capability 9.0",
                 case.name, ""
+            );
+            skipped += 1;
+            continue;
+        }
+        if driver < case.target.min_driver() {
+            println!(
+                "{:40} {:18} skipped: needs a {} driver",
+                case.name,
+                "",
+                cuda_release(case.target.min_driver())
             );
             skipped += 1;
             continue;

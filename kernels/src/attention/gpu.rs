@@ -475,13 +475,20 @@ pub fn target(device: &Device) -> Result<Target, AttentionError> {
 }
 
 /// The target whose PTX runs on the context's device (compute capability 8.0 or newer): the
-/// newest that runs there, or `KILN_TARGET` (`sm_80` runs the portable PTX on a Hopper GPU too).
+/// newest that runs there and whose PTX the driver reads (a CUDA 12.0 driver runs the portable
+/// PTX on Hopper: [`Target::for_device`]), or `KILN_TARGET` (`sm_80` runs the portable PTX on
+/// a Hopper GPU too).
 fn target_of(context: Context) -> Result<Target, AttentionError> {
     let unsupported = |m: String| Err(AttentionError::Unsupported(m));
     let (major, minor) = context.compute_capability()?;
-    let Some(best) = Target::for_capability(major, minor) else {
+    let driver = kiln_runtime::driver_version()?;
+    let device = format!(
+        "compute capability {major}.{minor} under a {} driver",
+        kiln_runtime::cuda_release(driver)
+    );
+    let Some(best) = Target::for_device(major, minor, driver) else {
         return unsupported(format!(
-            "compute capability {major}.{minor} (kiln's kernels need 8.0 or newer)"
+            "{device} (kiln's kernels need 8.0 or newer, and a CUDA 11.0 driver or later)"
         ));
     };
     let Ok(asked) = std::env::var("KILN_TARGET") else {
@@ -490,7 +497,12 @@ fn target_of(context: Context) -> Result<Target, AttentionError> {
     match asked.parse::<Target>() {
         Ok(target) if target == best || target == Target::Sm80 => Ok(target),
         Ok(target) => unsupported(format!(
-            "KILN_TARGET={target} on compute capability {major}.{minor} (it runs {best} or sm_80)"
+            "KILN_TARGET={target} on {device} (it runs {best}{})",
+            if best == Target::Sm80 {
+                ""
+            } else {
+                " or sm_80"
+            }
         )),
         Err(e) => Err(invalid(format!("KILN_TARGET: {e}"))),
     }
