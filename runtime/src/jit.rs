@@ -49,8 +49,9 @@ impl Jit {
             Target::for_device(major, minor, driver).ok_or_else(|| RuntimeError::Launch {
                 kernel: "(any)".to_string(),
                 message: format!(
-                    "kiln compiles for compute capability 8.0 and newer, under a CUDA 11.0 \
-                     driver or later; got {major}.{minor} under {}",
+                    "kiln compiles for compute capability 8.0 and newer, under a {} driver or \
+                     later; got {major}.{minor} under {}",
+                    cuda_release(Target::Sm80.min_driver()),
                     cuda_release(driver)
                 ),
             })?;

@@ -488,7 +488,8 @@ fn target_of(context: Context) -> Result<Target, AttentionError> {
     );
     let Some(best) = Target::for_device(major, minor, driver) else {
         return unsupported(format!(
-            "{device} (kiln's kernels need 8.0 or newer, and a CUDA 11.0 driver or later)"
+            "{device} (kiln's kernels need 8.0 or newer, and a {} driver or later)",
+            kiln_runtime::cuda_release(Target::Sm80.min_driver())
         ));
     };
     let Ok(asked) = std::env::var("KILN_TARGET") else {
