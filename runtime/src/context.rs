@@ -346,3 +346,16 @@ pub fn driver_version() -> Result<i32> {
         .map_err(|e| RuntimeError::driver("reading the driver's version", e))?;
     Ok(*VERSION.get_or_init(|| version))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cuda_release;
+
+    #[test]
+    fn driver_versions_read_as_cuda_releases() {
+        assert_eq!(cuda_release(12010), "CUDA 12.1");
+        assert_eq!(cuda_release(12080), "CUDA 12.8");
+        assert_eq!(cuda_release(13000), "CUDA 13.0");
+        assert_eq!(cuda_release(11000), "CUDA 11.0");
+    }
+}
