@@ -432,8 +432,8 @@ pub fn designed_cases() -> Vec<Case> {
     c.splits = 3;
     cases.push(c);
     // Decode steps unsplit in the decode blocks (a batch that fills the GPU): one row of MHA,
-    // 13 rows of GQA causal inside the block, a full block at D256, and D32's own blocks (at
-    // both targets: the cases alternate) strided with a negative scale, and grouped.
+    // 13 rows of GQA causal inside the block, a full block at D256, and D32's own blocks
+    // strided with a negative scale, and grouped.
     for (mut c, layout, scale) in [
         (
             case(BF16, 3, 1, 1500, 8, 8, 64, false),

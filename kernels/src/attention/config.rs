@@ -83,8 +83,8 @@
 //! ([`super::plan::forward_split`]; a decode step too small for the GPU), 4 warps (D32 16 x
 //! 256, D64 16 x 128, D128 16 x 64, 3 stages; D256 16 x 64, 2; hand-chosen from six measured
 //! variants, docs/PERF.md, thirty-second session); unsplit (a batch of steps that fills it),
-//! the same but at D32 on sm_90a, 16 x 32 of 2 warps on 2 stages (`kiln tune --decode`, 1.25x,
-//! thirty-third session). A split forward of more rows runs the medium range's forward. Its
+//! the same but at D32, 16 x 32 of 2 warps on 2 stages (`kiln tune --decode`: 1.25x on sm_90a,
+//! thirty-third session; 1.23x for the sm_80 PTX on an H200, thirty-seventh). A split forward of more rows runs the medium range's forward. Its
 //! combine takes one query row a program, 16 splits a tile.
 
 use kiln_dsl::Target;
@@ -787,10 +787,11 @@ pub fn config(
     }
     .with_partial_sums();
     // Unsplit, a batch of steps fills the SMs with programs: at D32 smaller ones, more of them
-    // an SM (16 x 32, 2 warps, 2 stages: 1.25x on 16 x 64 heads x 8k keys, run 387; at D64,
-    // D128 and D256 every candidate within 0.97-1.03x of these, runs 386-387).
-    let decode = match (target, head_dim) {
-        (Target::Sm90a, 32) => c(16, 32, 2, 2).with_partial_sums(),
+    // an SM (16 x 32, 2 warps, 2 stages: on 16 x 64 heads x 8k keys 1.25x on sm_90a, run 387,
+    // and 1.23x for the sm_80 PTX, run 408; at D64, D128 and D256 every candidate within
+    // 0.97-1.03x of these on either, runs 386-387 and 408).
+    let decode = match head_dim {
+        32 => c(16, 32, 2, 2).with_partial_sums(),
         _ => split_decode,
     };
     Some(AttentionConfig {
