@@ -456,3 +456,21 @@ fn tune_refuses_bad_flags_naming_the_value() {
     assert!(err.contains("unknown flag `--quick`"), "{err}");
     assert!(err.contains("--head-dims"), "{err}");
 }
+
+#[test]
+fn tune_without_codegen_refuses_before_its_search() {
+    if cfg!(feature = "codegen") {
+        return;
+    }
+    // Read flags first (a bad one is named as such), then one refusal that says how to rebuild,
+    // not a failure for every candidate.
+    let err = fails(&["tune", "--decode", "--head-dims", "32"]);
+    assert!(
+        err.contains(
+            "cargo run --release -p kiln-kernels --features codegen --bin kiln -- tune --decode \
+             --head-dims 32"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("attention_fwd"), "{err}");
+}

@@ -359,7 +359,7 @@ struct Ptx {
 
 /// How to get what this binary cannot make without kiln-codegen.
 #[cfg(not(feature = "codegen"))]
-fn needs_codegen(args: &[String]) -> String {
+pub fn needs_codegen(args: &[String]) -> String {
     format!(
         "this needs kiln-codegen (LLVM), which this kiln was built without; rebuild with the \
          `codegen` feature:\n  cargo run --release -p kiln-kernels --features codegen --bin kiln -- {}",

@@ -40,7 +40,7 @@ const USAGE: &str = concat!(
                   each candidate compiled from the DSL (needs --features codegen), checked
                   against f64 and timed: [--dtype bf16|f16] [--head-dims 64,128]
                   [--causal both|yes|no] [--seqlen N] [--kernels attention_fwd,...]
-                  [--backward split|fused] [--samples N] [--warm SECONDS]
+                  [--backward split|fused] [--decode] [--samples N] [--warm SECONDS]
                   [--configs ",
     kiln_kernels::kernel_config_grammar!(),
     ",...]

@@ -38,10 +38,11 @@ pub fn run(args: &[String]) -> Result<(), String> {
     };
     let mut configs = None;
     let mut decode = false;
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
+    let mut flags = args.iter();
+    while let Some(flag) = flags.next() {
         let mut value = || {
-            args.next()
+            flags
+                .next()
                 .ok_or_else(|| format!("{flag} expects a value\nusage: {USAGE}"))
         };
         match flag.as_str() {
@@ -137,6 +138,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     } else {
         format!("{backward} backward")
     };
+    compile::ready(args)?;
     let device = Device::current_or_default().map_err(|e| e.to_string())?;
     let target = kiln_kernels::attention::gpu::target(&device).map_err(|e| e.to_string())?;
     let timed = if decode {
@@ -231,6 +233,11 @@ mod compile {
     use kiln_kernels::attention::gpu::Candidate;
     use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig, plan, prebuilt};
 
+    /// With kiln-codegen every candidate compiles.
+    pub fn ready(_args: &[String]) -> Result<(), String> {
+        Ok(())
+    }
+
     /// `kernel` of `p` at `config` for `target`, compiled as kiln compiles what it ships.
     pub fn candidate(
         kernel: AttentionKernel,
@@ -262,7 +269,19 @@ mod compile {
     use kiln_kernels::attention::gpu::Candidate;
     use kiln_kernels::attention::{AttentionKernel, AttentionParams, KernelConfig};
 
-    /// Without kiln-codegen there is nothing to compile candidates with.
+    /// Without kiln-codegen there is nothing to compile candidates with: `kiln tune` refuses once
+    /// its flags are read, before it opens the GPU, rather than failing every candidate.
+    pub fn ready(args: &[String]) -> Result<(), String> {
+        let command: Vec<String> = std::iter::once("tune".to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        Err(format!(
+            "`kiln tune`: {}",
+            crate::inspect::needs_codegen(&command)
+        ))
+    }
+
+    /// Unreached: [`ready`] refuses first.
     pub fn candidate(
         _: AttentionKernel,
         _: &AttentionParams,
