@@ -28,13 +28,28 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<bool, AttentionError> {
+    // The first calls on a device of their own, dropped before the rest: the last handle of a
+    // device releases its primary context, which unloads what it loaded, and the driver may
+    // give the next one the same handle. kiln's caches of loaded kernels must not hand the
+    // next device's calls the first one's (`kiln_runtime::Context` compares by the driver's
+    // unique id too).
+    let first = Device::current_or_default()?;
+    first_launch(&first, "in this process")?;
+    let first_handle = first.context().raw();
+    drop(first);
     let device = Device::current_or_default()?;
     let (major, minor) = device.compute_capability()?;
     println!(
-        "{} (compute capability {major}.{minor})",
-        device.name().unwrap_or_default()
+        "{} (compute capability {major}.{minor}); a fresh device after the first's was dropped, \
+         its context at {} handle",
+        device.name().unwrap_or_default(),
+        if device.context().raw() == first_handle {
+            "the same"
+        } else {
+            "another"
+        }
     );
-    first_launch(&device)?;
+    first_launch(&device, "on the fresh device")?;
     let seed = Rng::fresh_seed();
     let mut rng = Rng::new(seed);
     let mut all_ok = true;
@@ -86,9 +101,9 @@ fn run() -> Result<bool, AttentionError> {
     Ok(all_ok)
 }
 
-/// Times the first forward call of a specialisation in this process (the driver loads and
+/// Times the first forward call of a specialisation on `device` (`when`: the driver loads and
 /// compiles its PTX) against the second.
-fn first_launch(device: &Device) -> Result<(), AttentionError> {
+fn first_launch(device: &Device, when: &str) -> Result<(), AttentionError> {
     let p = AttentionParams {
         dtype: kiln_dsl::DType::BF16,
         batch: 1,
@@ -120,8 +135,8 @@ fn first_launch(device: &Device) -> Result<(), AttentionError> {
         times.push(start.elapsed().as_secs_f64() * 1e3);
     }
     println!(
-        "first forward call in this process: {:.1} ms (loads its PTX; the driver compiles it unless \
-         its JIT cache has it: CUDA_CACHE_DISABLE=1 to measure that); second: {:.2} ms",
+        "first forward call {when}: {:.1} ms (loads its PTX; the driver compiles it unless its \
+         JIT cache has it: CUDA_CACHE_DISABLE=1 to measure that); second: {:.2} ms",
         times[0], times[1]
     );
     Ok(())

@@ -13,11 +13,16 @@ use crate::RuntimeError;
 type Result<T> = std::result::Result<T, RuntimeError>;
 
 /// A CUDA context and its device. The handle is an opaque address the driver owns; kiln never
-/// destroys it (a primary context it had to open stays retained for the process).
+/// destroys it (a primary context it had to open stays retained for the process), but its
+/// owner may (the last [`crate::Device`] of a device releases its primary context), and a
+/// context made later may get the same handle. Contexts compare by the driver's unique id
+/// too, so that what kiln keeps for one (loaded modules, the tensor maps' zero page) is never
+/// found for another; before CUDA 12.0, which has no ids, by the handle alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Context {
     raw: usize,
     device: sys::CUdevice,
+    unique: u64,
 }
 
 impl Context {
@@ -48,17 +53,22 @@ impl Context {
         unsafe { sys::cuCtxGetDevice(&mut device) }
             .result()
             .map_err(|e| RuntimeError::driver("reading the current context's device", e))?;
+        // Safety: `raw` is the current context.
+        let unique = unsafe { unique_of(raw) }?;
         Ok(Context {
             raw: raw as usize,
             device,
+            unique,
         })
     }
 
-    /// The context `raw` of `device`, as a [`crate::Device`] holds it.
-    pub(crate) fn from_raw(raw: sys::CUcontext, device: sys::CUdevice) -> Context {
+    /// The context `raw` of `device`, as a [`crate::Device`] holds it, with `unique` from
+    /// [`unique_of`].
+    pub(crate) fn from_raw(raw: sys::CUcontext, device: sys::CUdevice, unique: u64) -> Context {
         Context {
             raw: raw as usize,
             device,
+            unique,
         }
     }
 
@@ -76,13 +86,7 @@ impl Context {
                 message: format!("needs a CUDA 12.0 driver or later, this one is {version}"),
             });
         }
-        let mut id = 0;
-        // Safety: the context is valid for the process (see the type's docs); `id` is an
-        // out-pointer.
-        unsafe { sys::cuCtxGetId(self.raw(), &mut id) }
-            .result()
-            .map_err(|e| RuntimeError::driver("reading the context's id", e))?;
-        Ok(id)
+        Ok(self.unique)
     }
 
     /// The device's compute capability, `(major, minor)`.
@@ -123,14 +127,56 @@ impl Context {
         unsafe { sys::cuCtxPushCurrent_v2(self.raw()) }
             .result()
             .map_err(|e| RuntimeError::driver("making the context current", e))?;
+        // Popped on every way out of `f`, a panic too (one caught at the C interface must not
+        // leave the caller's thread in kiln's context).
+        let pushed = Pushed { popped: false };
         let out = f();
-        let mut popped: sys::CUcontext = ptr::null_mut();
-        // Safety: pops exactly the context pushed above.
-        let pop = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result();
+        let pop = pushed.pop();
         let out = out?;
         pop.map_err(|e| RuntimeError::driver("restoring the current context", e))?;
         Ok(out)
     }
+}
+
+/// A context [`Context::with_current`] pushed: popped by [`Pushed::pop`], or when dropped.
+struct Pushed {
+    popped: bool,
+}
+
+impl Pushed {
+    fn pop(mut self) -> std::result::Result<(), cudarc::driver::DriverError> {
+        self.popped = true;
+        let mut popped: sys::CUcontext = ptr::null_mut();
+        // Safety: pops exactly the context `with_current` pushed.
+        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()
+    }
+}
+
+impl Drop for Pushed {
+    fn drop(&mut self) {
+        if !self.popped {
+            let mut popped: sys::CUcontext = ptr::null_mut();
+            // Safety: as in `pop`; unwinding, so a failure has nowhere to go.
+            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
+        }
+    }
+}
+
+/// What tells context `raw` from every other of the process: the driver's id of it (CUDA 12.0
+/// on), else its handle.
+///
+/// # Safety
+/// `raw` is a valid context.
+pub(crate) unsafe fn unique_of(raw: sys::CUcontext) -> Result<u64> {
+    if driver_version()? < 12000 {
+        return Ok(raw as u64);
+    }
+    let mut id = 0;
+    // Safety: `raw` is valid, as the caller vouches; `id` is an out-pointer.
+    unsafe { sys::cuCtxGetId(raw, &mut id) }
+        .result()
+        .map_err(|e| RuntimeError::driver("reading the context's id", e))?;
+    Ok(id)
 }
 
 /// Whether the NVIDIA driver library can be loaded on this machine.
@@ -333,12 +379,15 @@ pub fn cuda_release(version: i32) -> String {
     format!("CUDA {}.{}", version / 1000, version % 1000 / 10)
 }
 
-/// The driver's CUDA version (12000 for 12.0), read once a process.
+/// The driver's CUDA version (12000 for 12.0), read once a process; [`RuntimeError::NoDriver`]
+/// without a driver.
 pub fn driver_version() -> Result<i32> {
     static VERSION: OnceLock<i32> = OnceLock::new();
     if let Some(&version) = VERSION.get() {
         return Ok(version);
     }
+    // Loads the library first: without one, the driver's bindings would panic.
+    init()?;
     let mut version = 0;
     // Safety: `version` is an out-pointer.
     unsafe { sys::cuDriverGetVersion(&mut version) }
@@ -349,7 +398,17 @@ pub fn driver_version() -> Result<i32> {
 
 #[cfg(test)]
 mod tests {
-    use super::cuda_release;
+    use super::{cuda_release, driver_present, driver_version};
+    use crate::RuntimeError;
+
+    #[test]
+    fn without_a_driver_its_version_is_an_error() {
+        if driver_present() {
+            assert!(driver_version().unwrap() >= 11000);
+        } else {
+            assert!(matches!(driver_version(), Err(RuntimeError::NoDriver)));
+        }
+    }
 
     #[test]
     fn driver_versions_read_as_cuda_releases() {

@@ -20,12 +20,15 @@ type Result<T> = std::result::Result<T, RuntimeError>;
 pub struct Device {
     pub(crate) context: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
+    /// Its context's unique id ([`Context`]).
+    unique: u64,
 }
 
 impl Device {
     /// The device of the context current on this thread (so that kiln shares a GPU with a host
     /// program such as PyTorch), else device 0. kiln uses that device's primary context, as the
-    /// CUDA runtime does.
+    /// CUDA runtime does, and opening it makes that context current on this thread (cudarc sets
+    /// it, `cuCtxSetCurrent`), in place of any other context a host program had current there.
     pub fn current_or_default() -> Result<Device> {
         crate::context::init()?;
         let ordinal = current_device_ordinal()?.unwrap_or(0);
@@ -36,7 +39,13 @@ impl Device {
             )
         })?;
         let stream = context.default_stream();
-        Ok(Device { context, stream })
+        // Safety: the context was just opened.
+        let unique = unsafe { crate::context::unique_of(context.cu_ctx()) }?;
+        Ok(Device {
+            context,
+            stream,
+            unique,
+        })
     }
 
     pub fn ordinal(&self) -> usize {
@@ -58,6 +67,13 @@ impl Device {
 
     /// Loads a module from PTX text; a PTX the driver refuses comes back with its JIT log.
     pub fn load_module(&self, name: &str, ptx: &str) -> Result<Module> {
+        // The driver takes NUL-terminated text (cudarc would panic on an inner NUL).
+        if ptx.contains('\0') {
+            return Err(RuntimeError::Driver {
+                action: format!("loading module `{name}`"),
+                message: "the PTX holds a NUL byte".to_string(),
+            });
+        }
         let module = self.context.load_module(Ptx::from_src(ptx)).map_err(|e| {
             let mut message = driver_message(e);
             if let Some(log) = jit_error_log(ptx) {
@@ -78,7 +94,7 @@ impl Device {
 
     /// The driver context this device's work runs in.
     pub fn context(&self) -> Context {
-        Context::from_raw(self.context.cu_ctx(), self.context.cu_device())
+        Context::from_raw(self.context.cu_ctx(), self.context.cu_device(), self.unique)
     }
 
     /// This device's stream as the driver knows it, for raw launches.
@@ -226,6 +242,12 @@ pub struct Module {
 impl Module {
     /// The kernel `name` of this module, which takes parameters as `params` says.
     pub fn function(&self, name: &str, params: Vec<ParamType>) -> Result<Function> {
+        if name.contains('\0') {
+            return Err(RuntimeError::Driver {
+                action: format!("finding kernel `{name}` in module `{}`", self.name),
+                message: "the entry name holds a NUL byte".to_string(),
+            });
+        }
         let function = self.module.load_function(name).map_err(|e| {
             RuntimeError::driver(
                 format!("finding kernel `{name}` in module `{}`", self.name),

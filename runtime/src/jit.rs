@@ -72,7 +72,11 @@ impl Jit {
     ///
     /// # Safety
     /// `stream` must stay a valid stream of this device's primary context while the JIT launches
-    /// on it.
+    /// on it. The buffers' own operations (upload, [`DeviceBuffer::to_host`], drop, which frees)
+    /// run on the device's stream: where `stream` is not ordered with it (a non-blocking stream,
+    /// as PyTorch's side streams are), synchronise the device ([`Device::synchronize`]) after
+    /// uploads that launches on `stream` read, and `stream` before a buffer a launch used is
+    /// read back or dropped.
     pub unsafe fn with_stream(self, stream: RawStream) -> Jit {
         Jit { stream, ..self }
     }
@@ -119,7 +123,17 @@ impl Jit {
 
     /// The loaded kernel of `kernel` at `spec`, compiled and loaded on first use.
     fn kernel(&self, kernel: &KernelDef, spec: &Spec) -> Result<Arc<LoadedKernel>> {
-        let name = format!("{}{spec:?}", kernel.signature.name);
+        // What identifies the PTX: the kernel (its signature's static, unique to each
+        // `#[kernel]`, as two in different modules may share a name), the spec and the options
+        // ([`Jit::with_options`] keeps what is loaded).
+        let name = format!(
+            "{}{spec:?} ({} warps, {} stages; {}#{:x})",
+            kernel.signature.name,
+            self.num_warps,
+            self.num_stages,
+            kernel.signature.file,
+            std::ptr::from_ref(kernel.signature) as usize
+        );
         if let Some(loaded) = self.loaded.get(self.device.context(), &name) {
             return Ok(loaded);
         }

@@ -59,12 +59,10 @@ pub struct ModuleCache {
     loaded: Mutex<HashMap<(Context, String), Loaded>>,
 }
 
-/// A loaded kernel and what identifies the PTX it came from.
+/// A loaded kernel and a hash of the PTX it came from.
 #[derive(Debug)]
 struct Loaded {
     kernel: Arc<LoadedKernel>,
-    /// Where that PTX was: the same text (the shipped, static PTX) needs no hashing.
-    ptx_at: usize,
     ptx_hash: u64,
 }
 
@@ -99,9 +97,11 @@ impl ModuleCache {
         // A poisoned lock only means another thread panicked while holding it; the map itself
         // is never left half-updated (one insert), so it is still sound to use.
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        let ptx_at = source.ptx.as_ptr() as usize;
+        let hash = ptx_hash(source.ptx);
         if let Some(hit) = loaded.get(&key) {
-            if hit.ptx_at != ptx_at && hit.ptx_hash != ptx_hash(source.ptx) {
+            // Compared by hash, not by where the text is: a heap string freed and another
+            // allocated at its address may hold other PTX.
+            if hit.ptx_hash != hash {
                 return Err(RuntimeError::Launch {
                     kernel: source.name.to_string(),
                     message: "a module of this name is loaded already, from other PTX; a module \
@@ -116,8 +116,7 @@ impl ModuleCache {
             key,
             Loaded {
                 kernel: kernel.clone(),
-                ptx_at,
-                ptx_hash: ptx_hash(source.ptx),
+                ptx_hash: hash,
             },
         );
         Ok(kernel)
@@ -152,11 +151,30 @@ fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
         })?;
         (module, Vec::new())
     };
+    // A module whose kernel cannot be made ready is unloaded again: a caller that retries must
+    // not leak one a try.
+    let ready = ready(context, source, module, warnings);
+    if ready.is_err() {
+        // Safety: `module` was loaded above and nothing of it is kept.
+        let _ = unsafe { result::module::unload(module) };
+    }
+    ready
+}
+
+/// The kernel of `source` in `module`, just loaded: its entry found and opted into the dynamic
+/// shared memory it takes.
+fn ready(
+    context: Context,
+    source: ModuleSource<'_>,
+    module: sys::CUmodule,
+    warnings: Vec<String>,
+) -> Result<LoadedKernel> {
+    let action = |what: &str| format!("{what} module `{}`", source.name);
     let entry = CString::new(source.entry).map_err(|_| RuntimeError::Driver {
         action: action("finding the entry of"),
         message: "the entry name holds a NUL byte".to_string(),
     })?;
-    // Safety: `module` was just loaded and is never unloaded.
+    // Safety: `module` was just loaded and is unloaded only if this fails.
     let function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {
         RuntimeError::driver(
             format!(

@@ -53,6 +53,20 @@ fn load(device: &Device, case: &Case) -> Result<(Function, u32), String> {
     Ok((function, shared_bytes))
 }
 
+/// A module's PTX, and a kernel's name, holding a NUL byte: each an error naming it.
+fn nul_refused(device: &Device) -> Result<(), String> {
+    let refused = |what: &str, outcome: Result<(), RuntimeError>| match outcome {
+        Err(e) if e.to_string().contains("NUL byte") => Ok(()),
+        other => Err(format!("{what}: {other:?}")),
+    };
+    refused("load_module", device.load_module("nul", "\0").map(drop))?;
+    let (name, source, _) = ptx::PTX[0];
+    let module = device
+        .load_module(name, source)
+        .map_err(|e| e.to_string())?;
+    refused("function", module.function("a\0b", Vec::new()).map(drop))
+}
+
 fn run_case(
     device: &Device,
     case: &Case,
@@ -185,10 +199,13 @@ fn main() -> ExitCode {
             }
         }
     }
-    // The split forward's kept workspaces, by the driver.
+    // The split forward's kept workspaces, by the driver, and text the driver cannot take
+    // refused as an error (cudarc would panic on it).
     let (mut workspaces_passed, mut workspaces_failed) = (0, 0);
     if "stream_workspaces".contains(&filter) {
-        for (name, outcome) in workspaces::check(&device) {
+        let mut checks = workspaces::check(&device);
+        checks.push(("PTX with a NUL byte", nul_refused(&device)));
+        for (name, outcome) in checks {
             match outcome {
                 Ok(()) => {
                     println!("{:40} {name:18} ok", "stream_workspaces");
