@@ -10,7 +10,7 @@
 
 use kiln_dsl::{DType, Target};
 use kiln_kernels::attention::check::{Tolerance, designed_cases, run_on_interpreter};
-use kiln_kernels::attention::{AttentionParams, Layout, Tensor, config, cpu};
+use kiln_kernels::attention::{AttentionParams, Layout, MAX_SEQLEN, Tensor, config, cpu};
 use kiln_kernels::reference::Rng;
 
 #[test]
@@ -116,9 +116,28 @@ fn bad_calls_are_refused_with_the_field_named() {
     .validate()
     .unwrap_err()
     .to_string();
+    assert!(err.contains("seqlen_k must be in 1..=2^30"), "{err}");
+    assert!(err.ends_with("got 0"), "{err}");
+    // Past 2^30 rows the kernels' 32-bit row arithmetic could wrap.
+    let err = AttentionParams {
+        seqlen_q: MAX_SEQLEN + 1,
+        ..p
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
     assert!(
-        err.contains("seqlen_k must be in 1..=2^31-1, got 0"),
+        err.contains("seqlen_q must be in 1..=2^30 (the kernels count rows in 32-bit integers)"),
         "{err}"
+    );
+    assert!(
+        AttentionParams {
+            seqlen_k: MAX_SEQLEN,
+            heads_q: 2,
+            ..p
+        }
+        .check_fields()
+        .is_ok()
     );
 
     // A buffer too short for its shape and strides, or of the wrong dtype, is refused before

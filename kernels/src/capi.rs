@@ -181,7 +181,7 @@ pub unsafe extern "C" fn kiln_attn_bwd_workspace_bytes(cfg: *const kiln_attn_con
         // Safety: NULL or valid, as the caller promises.
         let cfg = unsafe { cfg.as_ref() }.ok_or_else(|| invalid("cfg is NULL"))?;
         let (p, _) = params(cfg, true)?;
-        bytes = gpu::workspace_bytes(&p);
+        bytes = gpu::workspace_bytes(&p)?;
         Ok(())
     });
     bytes

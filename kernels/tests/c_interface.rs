@@ -217,7 +217,7 @@ fn null_arguments_are_refused() {
 
 #[test]
 fn bad_config_fields_are_named_with_their_values() {
-    let cases: [(Edit, &str); 12] = [
+    let cases: [(Edit, &str); 14] = [
         (
             |c| c.dtype = 7,
             "cfg.dtype must be KILN_F16 (0) or KILN_BF16 (1), got 7",
@@ -251,8 +251,20 @@ fn bad_config_fields_are_named_with_their_values() {
             "cfg.flags has unknown bits 0x80000000",
         ),
         (
-            |c| (c.batch, c.heads_q, c.heads_kv, c.seqlen_q) = (i32::MAX, i32::MAX, 1, i32::MAX),
-            "batch * heads_q * seqlen_q must stay below 2^31, got 2147483647 * 2147483647 * 2147483647",
+            |c| (c.batch, c.heads_q, c.heads_kv, c.seqlen_q) = (i32::MAX, i32::MAX, 1, 1 << 30),
+            "batch * heads_q * seqlen_q must stay below 2^31, got 2147483647 * 2147483647 * 1073741824",
+        ),
+        // Past 2^30 the kernels' 32-bit row arithmetic would wrap (a split's end, a causal
+        // block's last key): O = 0 and LSE = -inf, or keys dropped, with KILN_OK.
+        (
+            |c| c.seqlen_k = (1 << 30) + 1,
+            "seqlen_k must be in 1..=2^30 (the kernels count rows in 32-bit integers), got \
+             1073741825",
+        ),
+        (
+            |c| c.seqlen_q = i32::MAX,
+            "seqlen_q must be in 1..=2^30 (the kernels count rows in 32-bit integers), got \
+             2147483647",
         ),
     ];
     for (break_it, text) in cases {
@@ -424,6 +436,27 @@ fn the_workspace_holds_two_f32_per_query_row_and_the_fused_dq_accumulator() {
     assert_eq!(
         fused_bytes,
         (2 * stats).next_multiple_of(256) + (B * HQ * NQ * D * 4) as usize
+    );
+    // At the largest rows and head dim a config may have, the exact size (no 64-bit wrap):
+    // the backward then refuses the head dim as unsupported.
+    let huge = kiln_attn_config {
+        flags: KILN_FLAG_FUSED_BACKWARD,
+        batch: 2,
+        seqlen_q: (1 << 30) - 1,
+        heads_q: 1,
+        heads_kv: 1,
+        head_dim: i32::MAX,
+        ..config()
+    };
+    let rows = 2 * ((1u128 << 30) - 1);
+    let stats = 2 * 2 * ((1u128 << 30) - 1).next_multiple_of(8) * 4;
+    // Safety: a valid config.
+    let huge_bytes = unsafe { kiln_attn_bwd_workspace_bytes(&huge) };
+    assert_eq!(
+        huge_bytes as u128,
+        stats.next_multiple_of(256) + rows * i32::MAX as u128 * 4,
+        "{}",
+        last_error()
     );
     // A workspace sized for the split backward is too small for the fused one.
     let mut args = backward_args();

@@ -163,16 +163,26 @@ pub struct BackwardAddresses {
 ///     fused_backward: false,
 /// };
 /// // Heads of 104 rows (100 rounded up to 8), two arrays of them.
-/// assert_eq!(gpu::workspace_bytes(&p), 2 * (2 * 8 * 104 * 4));
+/// assert_eq!(gpu::workspace_bytes(&p)?, 2 * (2 * 8 * 104 * 4));
 /// let fused = AttentionParams { fused_backward: true, ..p };
-/// assert_eq!(gpu::workspace_bytes(&fused), 13312 + 2 * 8 * 100 * 64 * 4);
+/// assert_eq!(gpu::workspace_bytes(&fused)?, 13312 + 2 * 8 * 100 * 64 * 4);
+/// # Ok::<(), kiln_kernels::attention::AttentionError>(())
 /// ```
-pub fn workspace_bytes(p: &AttentionParams) -> usize {
-    if p.fused_backward {
-        dq_accum_offset(p) + p.dq_accum_len() * DType::F32.size_bytes()
-    } else {
-        2 * delta_offset(p)
+pub fn workspace_bytes(p: &AttentionParams) -> Result<usize, AttentionError> {
+    if !p.fused_backward {
+        return Ok(2 * delta_offset(p));
     }
+    // Checked: `check_fields` bounds batch * heads_q * seqlen_q, not the head dim.
+    p.dq_accum_len()
+        .checked_mul(DType::F32.size_bytes())
+        .and_then(|bytes| bytes.checked_add(dq_accum_offset(p)))
+        .ok_or_else(|| {
+            invalid(format!(
+                "the fused backward's f32 dQ accumulator of batch * heads_q * seqlen_q * \
+                 head_dim = {} * {} * {} * {} elements would not fit in memory",
+                p.batch, p.heads_q, p.seqlen_q, p.head_dim
+            ))
+        })
 }
 
 /// Where delta starts in the workspace, after the LSE in base 2 (a multiple of 32 bytes).
@@ -360,7 +370,7 @@ pub fn check_backward(p: &AttentionParams, at: &BackwardAddresses) -> Result<(),
         ],
     )?;
     check_rows("lse", at.lse, p.lse_len() * 4)?;
-    let need = workspace_bytes(p);
+    let need = workspace_bytes(p)?;
     if at.workspace_bytes < need {
         return Err(invalid(format!(
             "workspace_bytes must be at least {need} ({}), got {}",
@@ -965,7 +975,8 @@ pub fn backward_with(
     p.check_fields()?;
     // The row statistics (written by dQ, or fused by the preprocessing, which also zeroes the
     // accumulator).
-    let workspace = device.scratch(DType::F32, workspace_bytes(p) / DType::F32.size_bytes())?;
+    let workspace_bytes = workspace_bytes(p)?;
+    let workspace = device.scratch(DType::F32, workspace_bytes / DType::F32.size_bytes())?;
     let at = BackwardAddresses {
         q: bound(device, "q", q.buffer, q.layout, p, p.seqlen_q, p.heads_q)?,
         k: bound(device, "k", k.buffer, k.layout, p, p.seqlen_k, p.heads_kv)?,
@@ -1003,7 +1014,7 @@ pub fn backward_with(
             p.heads_kv,
         )?,
         workspace: workspace.device_address(device),
-        workspace_bytes: workspace_bytes(p),
+        workspace_bytes,
     };
     check_backward(p, &at)?;
     check_supported(p)?;

@@ -29,6 +29,10 @@ pub use config::{
 pub use kiln_dsl::{DType, Target};
 pub use plan::AttentionKernel;
 
+/// The longest sequence a call may have, of queries or of keys: 2^30 rows. The kernels count
+/// rows in 32-bit integers and add a block or another length to a row.
+pub const MAX_SEQLEN: usize = 1 << 30;
+
 /// What an attention call computes.
 ///
 /// ```
@@ -173,8 +177,6 @@ impl AttentionParams {
         }
         for (name, value) in [
             ("batch", self.batch),
-            ("seqlen_q", self.seqlen_q),
-            ("seqlen_k", self.seqlen_k),
             ("heads_q", self.heads_q),
             ("heads_kv", self.heads_kv),
             ("head_dim", self.head_dim),
@@ -182,6 +184,16 @@ impl AttentionParams {
             if value == 0 || value > i32::MAX as usize {
                 return Err(invalid(format!(
                     "{name} must be in 1..=2^31-1, got {value}"
+                )));
+            }
+        }
+        // A causal block's last key adds a block and the other sequence's length to a row, a
+        // split's end a share of the keys: [`MAX_SEQLEN`] leaves room for both in 32 bits.
+        for (name, value) in [("seqlen_q", self.seqlen_q), ("seqlen_k", self.seqlen_k)] {
+            if value == 0 || value > MAX_SEQLEN {
+                return Err(invalid(format!(
+                    "{name} must be in 1..=2^30 (the kernels count rows in 32-bit integers), \
+                     got {value}"
                 )));
             }
         }
