@@ -100,7 +100,15 @@ impl TensorMapSpec {
             }
             let stride = value(self.strides[d])?;
             let bytes = (stride as u64).wrapping_mul(elem);
-            if stride < 0 || !bytes.is_multiple_of(16) || bytes >= MAX_STRIDE {
+            let encodable = stride >= 0 && bytes.is_multiple_of(16) && bytes < MAX_STRIDE;
+            // Only index 0 of a dimension of one element is read (past it a copy reads zeros):
+            // its stride never moves an address, so one TMA cannot encode (a batch of one's,
+            // say) is as good as 0.
+            if !encodable && size <= 1 {
+                byte_strides.push(0);
+                continue;
+            }
+            if !encodable {
                 return Err(format!(
                     "the stride of dimension {d} of a tensor map must be a multiple of 16 bytes \
                      below 2^40, got {stride} elements of {}",
@@ -201,7 +209,7 @@ impl FromStr for TensorMapSpec {
         let MapScalar::Arg(base) = base.parse()? else {
             return Err(bad());
         };
-        Ok(TensorMapSpec {
+        let spec = TensorMapSpec {
             dtype: DType::from_name(dtype).ok_or_else(bad)?,
             base,
             shape: scalars(field(shape, "shape=", bad)?)?,
@@ -211,7 +219,22 @@ impl FromStr for TensorMapSpec {
                 .map(number)
                 .collect::<Result<_, _>>()?,
             swizzle_bytes: number(field(swizzle, "swizzle=", bad)?)?,
-        })
+        };
+        // What `cuTensorMapEncodeTiled` reads: 1 to 5 dimensions, each with a stride and a box
+        // size of 1 to 256, and a swizzle it knows.
+        let rank = spec.shape.len();
+        if !(1..=5).contains(&rank)
+            || spec.strides.len() != rank
+            || spec.box_shape.len() != rank
+            || spec.box_shape.iter().any(|&b| !(1..=256).contains(&b))
+            || ![0, 32, 64, 128].contains(&spec.swizzle_bytes)
+        {
+            return Err(format!(
+                "a tensor map has 1 to 5 dimensions, each with a stride and a box size of 1 to \
+                 256, and a swizzle of 0, 32, 64 or 128 bytes; got `{s}`"
+            ));
+        }
+        Ok(spec)
     }
 }
 
@@ -235,6 +258,17 @@ mod tests {
         let ptx = format!("{PTX_LINE}{}\n.version 8.1\n", spec());
         assert_eq!(TensorMapSpec::in_ptx(&ptx).unwrap(), vec![spec()]);
         assert!(TensorMapSpec::in_ptx(&format!("{PTX_LINE}arg1 bf16")).is_err());
+        // Lengths the driver would read past, a box it cannot copy.
+        for bad in [
+            "arg1 bf16 shape=arg9,128 strides=1 box=64,64 swizzle=128",
+            "arg1 bf16 shape=arg9,128 strides=arg3,1 box=64 swizzle=128",
+            "arg1 bf16 shape=arg9,128 strides=arg3,1 box=512,64 swizzle=128",
+            "arg1 bf16 shape=1,1,1,1,1,1 strides=1,1,1,1,1,1 box=1,1,1,1,1,1 swizzle=0",
+            "arg1 bf16 shape=arg9,128 strides=arg3,1 box=64,64 swizzle=16",
+        ] {
+            let err = bad.parse::<TensorMapSpec>().unwrap_err();
+            assert!(err.contains("1 to 5 dimensions"), "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -260,5 +294,13 @@ mod tests {
         );
         let empty = |i: usize| if i == 6 { Some(0) } else { args(i) };
         assert!(spec().resolve(0x1000, empty).unwrap().is_empty());
+        // A batch of one: its stride, past what TMA encodes, never moves an address.
+        let one = |i: usize| match i {
+            9 => Some(1),
+            14 => Some(1 << 40),
+            _ => args(i),
+        };
+        let params = spec().resolve(0x1000, one).unwrap();
+        assert_eq!(params.byte_strides, vec![8 * 128 * 2, 0]);
     }
 }
