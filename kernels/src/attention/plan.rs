@@ -422,10 +422,12 @@ fn grouped(p: &AttentionParams, layouts: &ForwardLayouts) -> (AttentionParams, F
         return (*p, *layouts);
     };
     let group = p.group() as i64;
+    // A group's stride overflows only with one kv head (the checks bound the last query head's
+    // offset, `(heads_q - 1) * head_stride`), whose index is always 0: any stride serves there.
     let rows = |l: Layout| Layout {
         batch_stride: l.batch_stride,
         seq_stride: l.head_stride,
-        head_stride: l.head_stride * group,
+        head_stride: l.head_stride.checked_mul(group).unwrap_or(0),
     };
     let layouts = ForwardLayouts {
         q: rows(layouts.q),
