@@ -91,41 +91,29 @@ fn run() -> Result<bool, RuntimeError> {
     )?;
 
     let x_gpu = jit.device().upload(&x)?;
-    let y_gpu = jit
-        .device()
-        .upload(&HostBuffer::poisoned(BF16, rows * cols))?;
-    softmax_gain::launch(
-        &jit,
-        &spec,
-        grid,
-        &x_gpu,
-        &y_gpu,
-        rows as i32,
-        cols as i32,
-        2.0,
-    )?;
-    let got = y_gpu.to_host(jit.device())?;
+    // On the GPU into a poisoned output, read back.
+    let on_gpu = |jit: &Jit| -> Result<Vec<f64>, RuntimeError> {
+        let y_gpu = jit
+            .device()
+            .upload(&HostBuffer::poisoned(BF16, rows * cols))?;
+        softmax_gain::launch(
+            jit,
+            &spec,
+            grid,
+            &x_gpu,
+            &y_gpu,
+            rows as i32,
+            cols as i32,
+            2.0,
+        )?;
+        Ok(y_gpu.to_host(jit.device())?.to_f64())
+    };
     let want = want.to_f64();
-    let ok = agrees(&want, &got.to_f64(), "4 warps");
-
+    let ok = agrees(&want, &on_gpu(&jit)?, "4 warps");
     // The same kernel and spec with other options is another compile, loaded beside the first
     // (a launch of 8 warps must not find the 4-warp kernel).
     let jit = jit.with_options(8, 2);
-    let y_gpu = jit
-        .device()
-        .upload(&HostBuffer::poisoned(BF16, rows * cols))?;
-    softmax_gain::launch(
-        &jit,
-        &spec,
-        grid,
-        &x_gpu,
-        &y_gpu,
-        rows as i32,
-        cols as i32,
-        2.0,
-    )?;
-    let got = y_gpu.to_host(jit.device())?;
-    Ok(agrees(&want, &got.to_f64(), "8 warps, 2 stages") && ok)
+    Ok(agrees(&want, &on_gpu(&jit)?, "8 warps, 2 stages") && ok)
 }
 
 /// Whether the GPU's `got` is one bf16 rounding from the interpreter's `want` at most (the
