@@ -90,7 +90,8 @@ class KilnError(RuntimeError):
 
 def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
     """Load libkiln_kernels.so for every later call and return it: `path`, else $KILN_LIB, else the repository's
-    target/release/libkiln_kernels.so."""
+    target/release/libkiln_kernels.so. A bare file name (no directory) is the dynamic loader's to find, on
+    LD_LIBRARY_PATH and the system's paths."""
     global _lib
     if path is not None:
         source = "load(path)"
@@ -98,16 +99,26 @@ def load(path: str | os.PathLike | None = None) -> ctypes.CDLL:
         path, source = os.environ["KILN_LIB"], "$KILN_LIB"
     else:
         path, source = DEFAULT_LIBRARY, "the default location"
-    if not Path(path).is_file():
+    def not_kiln(error: Exception) -> OSError:
+        return OSError(f"{path} (from {source}) is not a kiln library with the C interface: {error}")
+
+    bare = os.sep not in str(path)
+    if not bare and not Path(path).is_file():
         raise FileNotFoundError(f"kiln library not found: {path} (from {source}). Build it with `cargo build "
                                 "--release -p kiln-kernels`, set KILN_LIB, or call kiln_attention.load(path).")
     try:
         lib = ctypes.CDLL(str(path))
+    except OSError as error:
+        if bare:
+            raise FileNotFoundError(f"kiln library {path} (from {source}) not found by the dynamic loader: "
+                                    f"{error}") from error
+        raise not_kiln(error) from error
+    try:
         for name, (argtypes, restype) in _SIGNATURES.items():
             function = getattr(lib, name)
             function.argtypes, function.restype = argtypes, restype
     except (OSError, AttributeError) as error:
-        raise OSError(f"{path} (from {source}) is not a kiln library with the C interface: {error}") from error
+        raise not_kiln(error) from error
     _lib = lib
     return lib
 

@@ -65,9 +65,20 @@ target/kiln-c-smoke
 # The Python side without a GPU: the wrapper's ctypes structures have the C layout (it asserts
 # their sizes on import), and the SDPA judge reads cases and draws its table.
 python3 -c 'import sys; sys.path.insert(0, "python"); import kiln_attention'
+# It loads the library by path or, a bare name, through the dynamic loader (no GPU needed to
+# read its version), and says which when neither finds it.
+LD_LIBRARY_PATH=target/release python3 -c '
+import sys; sys.path.insert(0, "python"); import kiln_attention as k
+k.load("libkiln_kernels.so"); assert k.version().startswith("kiln "), k.version()
+try:
+    k.load("libkiln_nowhere.so")
+except FileNotFoundError as e:
+    assert "dynamic loader" in str(e), e
+else:
+    sys.exit("loaded a library that is not there")'
 python3 scripts/attention_vs_sdpa.py selftest >/dev/null
 # The GPU-only scripts (PyTorch there) at least parse.
-for script in scripts/long_sequence.py scripts/fused_backward.py scripts/kernel_times.py scripts/ab_libraries.py; do
+for script in scripts/*.py; do
     python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' "$script"
 done
 
