@@ -17,7 +17,8 @@ beside SDPA is `../shared/bench/compare.py`'s, through kiln's C interface.
         Checks the case reader and the table on a fake case folder (no GPU, no PyTorch needed).
 
 `err`, the autograd `reference` and `sdpa_same_dtype` are copied from
-`../shared/bench/compare.py` (the project's benchmark), so that both judge kiln alike.
+`../shared/bench/compare.py` (the project's benchmark), so that both judge kiln alike; here the
+last two take the case's softmax scale (compare.py runs the default one only).
 """
 import argparse
 import json
@@ -109,12 +110,12 @@ def err(x, ref):
     return (d / torch.maximum(r, scale)).max().item()
 
 
-def reference(q, k, v, do, causal):
+def reference(q, k, v, do, causal, scale):
     """fp32 autograd reference. q: [B, Nq, Hq, D]; k, v: [B, Nk, Hkv, D]. Returns o, lse, dq, dk, dv."""
     qf, kf, vf = [t.detach().float().transpose(1, 2).requires_grad_() for t in (q, k, v)]
     rep = qf.shape[1] // kf.shape[1]
     kk, vv = kf.repeat_interleave(rep, 1), vf.repeat_interleave(rep, 1)
-    s = qf @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    s = qf @ kk.transpose(-1, -2) * scale
     if causal:
         nq, nk = s.shape[-2], s.shape[-1]
         i = torch.arange(nq, device=q.device)[:, None]
@@ -127,7 +128,7 @@ def reference(q, k, v, do, causal):
     return o.transpose(1, 2), lse, qf.grad.transpose(1, 2), kf.grad.transpose(1, 2), vf.grad.transpose(1, 2)
 
 
-def sdpa_same_dtype(q, k, v, do, causal):
+def sdpa_same_dtype(q, k, v, do, causal, scale):
     """PyTorch SDPA in the inputs' own dtype (the error level kiln is held to): o, dq, dk, dv."""
     from torch.nn.attention.bias import causal_lower_right
     rep = q.shape[2] // k.shape[2]
@@ -135,7 +136,8 @@ def sdpa_same_dtype(q, k, v, do, causal):
     kk = k.detach().transpose(1, 2).requires_grad_()
     vv = v.detach().transpose(1, 2).requires_grad_()
     mask = causal_lower_right(q.shape[1], k.shape[1]) if causal else None
-    o = F.scaled_dot_product_attention(qq, kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1), attn_mask=mask)
+    o = F.scaled_dot_product_attention(qq, kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1), attn_mask=mask,
+                                       scale=scale)
     dq, dk, dv = torch.autograd.grad(o, (qq, kk, vv), do.transpose(1, 2))
     return [t.transpose(1, 2) for t in (o, dq, dk, dv)]
 
@@ -186,13 +188,14 @@ def load(folder, meta, key, shape, dt):
 def check_case(folder, meta):
     t = {key: load(folder, meta, key, shape, dt) for key, (shape, dt) in tensor_shapes(meta).items()}
     q, k, v, do, causal = t["q"], t["k"], t["v"], t["do"], meta["causal"]
-    ro, rlse, rdq, rdk, rdv = chunked_reference(q, k, v, do, causal, meta["softmax_scale"])
+    scale = meta["softmax_scale"]
+    ro, rlse, rdq, rdk, rdv = chunked_reference(q, k, v, do, causal, scale)
     ref = {"o": ro, "dq": rdq, "dk": rdk, "dv": rdv}
     row = dict(name=meta["name"], notes=[])
     b, hq, nq, nk = meta["batch"], meta["heads_q"], meta["seqlen_q"], meta["seqlen_k"]
     if b * hq * nq * nk <= AUTOGRAD_CHECK_ELEMENTS:
         # The chunked reference against compare.py's own, where that one fits.
-        ao, alse, adq, adk, adv = reference(q, k, v, do, causal)
+        ao, alse, adq, adk, adv = reference(q, k, v, do, causal, scale)
         worst = max(err(x, a) for x, a in zip((ro, rdq, rdk, rdv), (ao, adq, adk, adv)))
         fin = torch.isfinite(alse)
         if not torch.equal(fin, torch.isfinite(rlse)):
@@ -208,7 +211,7 @@ def check_case(folder, meta):
     row["lse"] = (lse[fin] - rlse[fin]).abs().max().item() if lse_ok and fin.any() else (0.0 if lse_ok else float("inf"))
     row["kiln"] = {n: err(t[n], ref[n]) for n in OUTPUTS}
     try:
-        sdpa = dict(zip(OUTPUTS, sdpa_same_dtype(q, k, v, do, causal)))
+        sdpa = dict(zip(OUTPUTS, sdpa_same_dtype(q, k, v, do, causal, scale)))
     except Exception as e:  # noqa: BLE001
         row["notes"].append(f"unavailable: {type(e).__name__}")
         sdpa = {}

@@ -234,6 +234,9 @@ fn on_gpu(
         ])
     };
     let first = bytes(&dq, &dk, &dv)?;
+    // Into poisoned buffers again: an element the second run leaves unwritten must not keep
+    // the first run's bits.
+    let (mut dq, mut dk, mut dv) = (up(&poisoned.dq)?, up(&poisoned.dk)?, up(&poisoned.dv)?);
     backward(&mut dq, &mut dk, &mut dv)?;
     device.synchronize()?;
     let again = bytes(&dq, &dk, &dv)?;
