@@ -41,7 +41,8 @@
 //! from what the launcher guarantees ([`CompileOptions::divisibility`]); a tile stored after the
 //! pipelined loops goes out through their drained buffers, by TMA on `wgmma`
 //! ([`layout::tma_store`]), else in the coalescing layout ([`layout::staged_store`]). The
-//! attention kernels (forward, preprocess, dQ, dK/dV) and the general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
+//! attention kernels (forward, its combine, preprocess, dQ, dK/dV, the dQ conversion) and the
+//! general kernels lower. Anything else (`dot` of f32, float remainders, tiles of more than two
 //! dimensions) is a [`CodegenError::Unsupported`] naming the op and its DSL source line.
 
 pub mod cache;

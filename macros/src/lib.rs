@@ -33,9 +33,9 @@
 //! pub mod key_range {
 //!     pub fn call(
 //!         __kiln: &mut kiln_dsl::Builder,
-//!         generics: (kiln_dsl::Value,),   // `BLOCK_N`; a type parameter is a `DType`
-//!         args: [kiln_dsl::Value; 2],     // `start`, `seqlen`
-//!         loc: kiln_dsl::Loc,             // the call's
+//!         __kiln_generics: (kiln_dsl::Value,),   // `BLOCK_N`; a type parameter is a `DType`
+//!         __kiln_args: [kiln_dsl::Value; 2],     // `start`, `seqlen`
+//!         __kiln_call: kiln_dsl::Loc,            // the call's
 //!     ) -> kiln_dsl::Result<(kiln_dsl::Value, kiln_dsl::Value)> { /* .. */ }
 //! }
 //! ```
