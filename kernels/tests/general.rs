@@ -376,5 +376,14 @@ fn launchers_refuse_bad_arguments_clearly() {
     // An empty matrix.
     let out = HostBuffer::zeros(DType::F32, 4);
     let err = message(reduce::launch(Matrix::new(&a, 0, 4), &out));
-    assert!(err.contains("x.rows must be in 1..=2^31-1, got 0"), "{err}");
+    assert!(err.contains("x.rows must be in 1..=2^30"), "{err}");
+    assert!(err.ends_with("got 0"), "{err}");
+    // Past 2^30 a program's last row, a block on, could wrap in 32 bits.
+    let err = message(reduce::launch(Matrix::new(&a, (1 << 30) + 1, 4), &out));
+    assert!(
+        err.contains(
+            "x.rows must be in 1..=2^30 (kernels index it with 32-bit integers), got 1073741825"
+        ),
+        "{err}"
+    );
 }

@@ -154,11 +154,12 @@ fn check_dtype(name: &str, buffer: &HostBuffer, dtypes: &[DType]) -> Result<(), 
     )))
 }
 
-/// Kernels index rows and columns with i32, as Triton does.
+/// Kernels index rows and columns with i32, as Triton does, and a program's last row or column
+/// is a block past its first: 2^30 leaves room for any block.
 fn check_size(name: &str, value: usize) -> Result<(), GeneralError> {
-    if value == 0 || value > i32::MAX as usize {
+    if value == 0 || value > 1 << 30 {
         return Err(invalid(format!(
-            "{name} must be in 1..=2^31-1, got {value}"
+            "{name} must be in 1..=2^30 (kernels index it with 32-bit integers), got {value}"
         )));
     }
     Ok(())
@@ -181,7 +182,7 @@ fn check_vector(
     Ok(())
 }
 
-/// Programs along one grid axis: blocks of `block` covering `n` (n < 2^31, so it fits).
+/// Programs along one grid axis: blocks of `block` covering `n` (n <= 2^30, so it fits).
 fn programs(n: usize, block: usize) -> u32 {
     n.div_ceil(block) as u32
 }
