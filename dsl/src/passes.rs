@@ -15,6 +15,19 @@ pub fn wrap_int(v: i64, dtype: DType) -> i64 {
     }
 }
 
+/// `x` shifted left (or arithmetically right) by `y` in `dtype`'s width, before [`wrap_int`]: by
+/// the width or more, or by a negative amount, 0 to the left and the sign to the right, as PTX
+/// clamps the amount. The interpreter and constant folding both shift here.
+pub(crate) fn shift(left: bool, x: i64, y: i64, dtype: DType) -> i64 {
+    let bits = if dtype == DType::I32 { 32 } else { 64 };
+    match (left, (0..bits).contains(&y)) {
+        (true, true) => x << y,
+        (true, false) => 0,
+        (false, true) => x >> y,
+        (false, false) => x >> (bits - 1),
+    }
+}
+
 /// Rounds a float to `dtype`: f16 and bf16 to nearest even, as the GPU's `cvt.rn`.
 pub fn round_float(v: f64, dtype: DType) -> f64 {
     match dtype {
@@ -77,8 +90,8 @@ pub(crate) fn fold_binary(
                 And => x & y,
                 Or => x | y,
                 Xor => x ^ y,
-                Shl => x.wrapping_shl(y as u32),
-                Shr => x.wrapping_shr(y as u32),
+                Shl => shift(true, x, y, dtype),
+                Shr => shift(false, x, y, dtype),
                 _ => return None,
             };
             Some(Constant::Int(wrap_int(v, dtype)))

@@ -1229,6 +1229,124 @@ fn a_kernel_fn_may_call_itself_until_a_constant_condition_stops_it() {
     );
 }
 
+/// Calls itself twice a level: within the depth limit, but doubling its calls at each.
+#[kiln_dsl::kernel_fn]
+fn twice<const N: usize>(x: Tile<f32>) -> Tile<f32> {
+    if N == 0 {
+        x
+    } else {
+        twice::<{ N - 1 }>(x) + twice::<{ N - 1 }>(x)
+    }
+}
+
+#[kiln_dsl::kernel]
+fn doubling<const N: usize>(x: Ptr<f32>) {
+    let offs = arange(0, 8);
+    store(x + offs, twice::<N>(load(x + offs)));
+}
+
+#[test]
+fn a_kernel_fn_that_doubles_its_calls_is_refused_at_the_call_limit() {
+    let kernel = doubling::build(&Spec::new().int("N", 3)).unwrap();
+    let x = HostBuffer::from_f32(F32, &INPUT);
+    run(&kernel, Grid::new(1, 1, 1), &[KernelArg::Buffer(&x)]).unwrap();
+    let eightfold: Vec<f64> = INPUT.iter().map(|&v| f64::from(v) * 8.0).collect();
+    assert_close(&x.to_f32(), &eightfold);
+    // 2^17 calls at 16 levels: refused, not built for ever.
+    let error = semantic_error(doubling::build(&Spec::new().int("N", 16))).to_string();
+    let limit = kiln_dsl::builder::MAX_CALLS;
+    assert!(
+        error.starts_with(&format!(
+            "`twice` would be the kernel's call number {}: a `#[kernel_fn]` is inlined where it \
+             is called, so one that calls itself twice a level doubles its calls with each",
+            limit + 1
+        )),
+        "{error}"
+    );
+}
+
+#[kiln_dsl::kernel]
+fn oversized<const WHICH: usize, const A: usize, const B: usize>(x: Ptr<i32>, s: i32) {
+    let offs = arange(0, 8);
+    if WHICH == 0 {
+        store(
+            x + offs,
+            zeros([1 << 13, 1 << 12], i32).sum(0).sum(0) + offs,
+        );
+    } else if WHICH == 1 {
+        let rows = arange(0, 1 << 13).expand_dims(1);
+        let cols = arange(0, 1 << 12).expand_dims(0);
+        store(x + offs, (rows + cols).sum(0).sum(0) + offs);
+    } else if WHICH == 2 {
+        store(x + offs, arange(A, B));
+    } else if WHICH == 3 {
+        let m = offs < 2;
+        store(x + offs, (m << m).to::<i32>());
+    } else {
+        // Shifts by the width or more: folded as they run (0 to the left, the sign to the right).
+        store(
+            x + offs,
+            where_(
+                offs == 0,
+                1 << 64,
+                where_(offs == 1, 1 << s, where_(offs == 2, 8 >> 64, -8 >> s)),
+            ),
+        );
+    }
+}
+
+#[test]
+fn tiles_past_2_24_elements_shifts_of_bools_and_wide_aranges_are_refused() {
+    let build = |which: i64, a: i64, b: i64| {
+        oversized::build(&Spec::new().int("WHICH", which).int("A", a).int("B", b))
+    };
+    let error = semantic_error(build(0, 0, 8)).to_string();
+    assert!(
+        error.contains("a tile of shape [8192, 4096] would hold more than 2^24 elements"),
+        "{error}"
+    );
+    let error = semantic_error(build(1, 0, 8)).to_string();
+    assert!(
+        error.contains(
+            "the result of `add` of shape [8192, 4096] would hold more than 2^24 elements"
+        ),
+        "{error}"
+    );
+    let error = semantic_error(build(2, 1 << 32, (1 << 32) + 8)).to_string();
+    assert!(
+        error.contains("the start of `arange(4294967296, 4294967304)` must fit in i32"),
+        "{error}"
+    );
+    let error = semantic_error(build(3, 0, 8)).to_string();
+    assert!(
+        error.contains("expects integer operands, got bools (i1)"),
+        "{error}"
+    );
+    let kernel = build(4, 0, 8).unwrap();
+    let x = HostBuffer::from_i64(I32, &[7; 8]);
+    run(
+        &kernel,
+        Grid::new(1, 1, 1),
+        &[KernelArg::Buffer(&x), KernelArg::I32(64)],
+    )
+    .unwrap();
+    assert_eq!(&x.to_i64()[..4], &[0, 0, 0, -1]);
+    // A grid no GPU launches is refused before any program runs (not 2^64 programs).
+    let error = run(
+        &kernel,
+        Grid::new(u32::MAX, u32::MAX, u32::MAX),
+        &[KernelArg::Buffer(&x), KernelArg::I32(64)],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains(
+            "a grid of 4294967295 x 4294967295 x 4294967295 programs is past CUDA's limits"
+        ),
+        "{error}"
+    );
+}
+
 mod helpers {
     /// `x * 2`, in a module of its own.
     #[kiln_dsl::kernel_fn]

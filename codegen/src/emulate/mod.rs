@@ -117,6 +117,9 @@ pub fn run(program: &Program, grid: Grid, args: &[KernelArg<'_>]) -> Result<(), 
             spec.resolve(params[spec.base], int).map_err(launch_error)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(message) = grid.refusal() {
+        return Err(launch_error(message));
+    }
     let [gx, gy, gz] = grid.0;
     (0..grid.programs()).into_par_iter().try_for_each(|linear| {
         let ctaid = [

@@ -19,6 +19,12 @@ use crate::types::{DType, Elem, Type};
 /// constant condition, and this turns one that does not into an error instead of a stack overflow.
 pub const MAX_CALL_DEPTH: usize = 64;
 
+/// How many `#[kernel_fn]` calls one kernel may inline in all (the attention kernels inline a
+/// few hundred): a function that calls itself twice a level stays within [`MAX_CALL_DEPTH`] and
+/// still doubles its calls with each, and this turns that into an error instead of a build
+/// that never ends.
+pub const MAX_CALLS: usize = 1 << 16;
+
 /// What a `#[kernel_fn]` declares one of its arguments or results to be, resolved at the call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FnType {
@@ -222,6 +228,18 @@ impl Builder {
                 ),
             ));
         }
+        if self.calls == MAX_CALLS {
+            return Err(Error::semantic(
+                call,
+                format!(
+                    "`{function}` would be the kernel's call number {}: a `#[kernel_fn]` is \
+                     inlined where it is called, so one that calls itself twice a level \
+                     doubles its calls with each",
+                    MAX_CALLS + 1
+                ),
+            ));
+        }
+        self.calls += 1;
         let depth = self.open.len();
         self.call_depth += 1;
         let result = body(self);

@@ -9,7 +9,7 @@ mod functions;
 mod ops;
 mod semantic;
 
-pub use functions::{FnResult, FnType, MAX_CALL_DEPTH};
+pub use functions::{FnResult, FnType, MAX_CALL_DEPTH, MAX_CALLS};
 
 use crate::error::{Error, Loc, Result};
 use crate::ir::{Constant, Inst, Kernel, Op, Region, Value, ValueInfo};
@@ -34,6 +34,8 @@ pub struct Builder {
     next_region_id: u32,
     /// How many `#[kernel_fn]` calls are being built, one inside the other.
     call_depth: usize,
+    /// `#[kernel_fn]` calls inlined so far ([`functions::MAX_CALLS`]).
+    calls: usize,
 }
 
 #[derive(Debug)]
@@ -97,6 +99,7 @@ impl Builder {
             }],
             next_region_id: 1,
             call_depth: 0,
+            calls: 0,
         };
         for arg in signature.args {
             let ty = match arg.ty {

@@ -35,6 +35,15 @@ impl Builder {
     pub fn arange(&mut self, start: Value, end: Value, loc: Loc) -> Result<Value> {
         let start = self.const_int(start, "the start of `arange`", loc)?;
         let end = self.const_int(end, "the end of `arange`", loc)?;
+        // An i32 tile: its bounds are i32 values.
+        for (which, bound) in [("start", start), ("end", end)] {
+            if i32::try_from(bound).is_err() {
+                return Err(Error::semantic(
+                    loc,
+                    format!("the {which} of `arange({start}, {end})` must fit in i32, got {bound}"),
+                ));
+            }
+        }
         let len = end - start;
         if len <= 0 || !is_pow2(len as usize) {
             return Err(Error::semantic(
@@ -42,6 +51,7 @@ impl Builder {
                 format!("`arange({start}, {end})` must have a power-of-two length, got {len}"),
             ));
         }
+        self.check_tile_size(&[len as usize], &format!("`arange({start}, {end})`"), loc)?;
         Ok(self.push1(
             Op::Arange { start, end },
             Type::tile(DType::I32, vec![len as usize]),
@@ -159,6 +169,12 @@ impl Builder {
                     "{what} expects bool or integer operands, got {}",
                     self.ty(lhs)
                 ),
+            ));
+        }
+        if matches!(op, BinaryOp::Shl | BinaryOp::Shr) && dtype == DType::I1 {
+            return Err(Error::semantic(
+                loc,
+                format!("{what} expects integer operands, got bools (i1)"),
             ));
         }
         if !bitwise && dtype == DType::I1 && !matches!(op, BinaryOp::Max | BinaryOp::Min) {
@@ -395,6 +411,7 @@ impl Builder {
                 ));
             }
         }
+        self.check_tile_size(&[m, n], "the result of `dot`", loc)?;
         let out = Type::tile(DType::F32, vec![m, n]);
         let acc = match acc {
             Some(acc) => {

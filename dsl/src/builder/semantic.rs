@@ -55,14 +55,38 @@ pub(crate) fn is_pow2(n: usize) -> bool {
     n > 0 && n.is_power_of_two()
 }
 
+/// The most elements a tile may hold: far past what a program's registers and shared memory
+/// take (2^15 in the largest attention tile), and short of what the interpreter could not
+/// allocate.
+pub const MAX_TILE_ELEMENTS: usize = 1 << 24;
+
 impl Builder {
-    /// Checks that every dimension of a new tile is a power of two (as Triton requires).
+    /// Checks that every dimension of a new tile is a power of two (as Triton requires) and that
+    /// it holds at most [`MAX_TILE_ELEMENTS`].
     pub(crate) fn check_tile_shape(&self, shape: &[usize], what: &str, loc: Loc) -> Result<()> {
         if let Some(&bad) = shape.iter().find(|&&d| !is_pow2(d)) {
             return Err(Error::semantic(
                 loc,
                 format!(
                     "{what} dimensions must be powers of two, got {} (dimension {bad})",
+                    ShapeDisplay(shape)
+                ),
+            ));
+        }
+        self.check_tile_size(shape, &format!("a {what}"), loc)
+    }
+
+    /// Checks that `what`, a tile of `shape`, holds at most [`MAX_TILE_ELEMENTS`].
+    pub(crate) fn check_tile_size(&self, shape: &[usize], what: &str, loc: Loc) -> Result<()> {
+        let elements = shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .filter(|&n| n <= MAX_TILE_ELEMENTS);
+        if elements.is_none() {
+            return Err(Error::semantic(
+                loc,
+                format!(
+                    "{what} of shape {} would hold more than 2^24 elements",
                     ShapeDisplay(shape)
                 ),
             ));
@@ -204,6 +228,7 @@ impl Builder {
                 )
             })?;
         }
+        self.check_tile_size(&shape, &format!("the result of {what}"), loc)?;
         Ok(shape)
     }
 

@@ -29,6 +29,18 @@ impl Grid {
     pub fn programs(self) -> usize {
         self.0.iter().map(|&n| n as usize).product()
     }
+
+    /// Why a GPU could not launch this grid, if it could not: at most 2^31 - 1 programs along x
+    /// and 65535 along y and z (CUDA's limits, which the interpreter and the emulator keep too).
+    pub fn refusal(self) -> Option<String> {
+        let [x, y, z] = self.0;
+        (x > i32::MAX as u32 || y > 65535 || z > 65535).then(|| {
+            format!(
+                "a grid of {x} x {y} x {z} programs is past CUDA's limits (2^31 - 1 along x, \
+                 65535 along y and z)"
+            )
+        })
+    }
 }
 
 /// One argument of an interpreter launch, matching the kernel's signature in order.
@@ -36,6 +48,12 @@ pub type KernelArg<'a> = crate::launch::Arg<'a, HostBuffer>;
 
 /// Runs `kernel` once per program of `grid`, in parallel; the first fault stops the launch.
 pub fn run(kernel: &Kernel, grid: Grid, args: &[KernelArg<'_>]) -> Result<()> {
+    if let Some(message) = grid.refusal() {
+        return Err(Error::Launch {
+            kernel: kernel.name().to_string(),
+            message,
+        });
+    }
     let launch = program::Launch::new(kernel, grid, check_args(kernel, args)?);
     (0..grid.programs())
         .into_par_iter()

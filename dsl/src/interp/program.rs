@@ -7,7 +7,7 @@ use super::tile::{
 };
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CmpOp, Constant, Inst, Kernel, Op, ReduceOp, Region, UnaryOp, Value};
-use crate::passes::{round_float, wrap_int};
+use crate::passes::{self, round_float, wrap_int};
 use crate::types::DType;
 
 use super::Grid;
@@ -289,7 +289,10 @@ impl Program<'_, '_> {
                             ),
                         ));
                     }
-                    base.offset += offsets[d] * strides[d];
+                    // i64 arithmetic wraps, as the GPU's does.
+                    base.offset = base
+                        .offset
+                        .wrapping_add(offsets[d].wrapping_mul(strides[d]));
                 }
                 one(Data::Block(Box::new(BlockPtr {
                     base,
@@ -304,7 +307,7 @@ impl Program<'_, '_> {
                 };
                 let mut block = block.clone();
                 for (o, &d) in block.offsets.iter_mut().zip(offsets) {
-                    *o += self.scalar_int(d);
+                    *o = o.wrapping_add(self.scalar_int(d));
                 }
                 one(Data::Block(block))
             }
@@ -361,7 +364,7 @@ impl Program<'_, '_> {
                         self.env[param.index()] = Some(data);
                     }
                     carried = self.region(body)?;
-                    iv = wrap_int(iv + st, dtype);
+                    iv = wrap_int(iv.wrapping_add(st), dtype);
                     if iv < lo {
                         break; // the induction variable wrapped around its type
                     }
@@ -488,7 +491,6 @@ impl Program<'_, '_> {
                 if matches!(op, BinaryOp::Div | BinaryOp::Rem) && b.contains(&0) {
                     return Err(self.fault(inst, "integer division by zero".to_string()));
                 }
-                let bits = if dtype == DType::I32 { 32 } else { 64 };
                 let mut out: Vec<i64> = a
                     .iter()
                     .zip(b)
@@ -503,11 +505,8 @@ impl Program<'_, '_> {
                         BinaryOp::And => x & y,
                         BinaryOp::Or => x | y,
                         BinaryOp::Xor => x ^ y,
-                        // Shifts by the width or more give 0 (or the sign), as PTX's clamp does.
-                        BinaryOp::Shl if (0..bits).contains(&y) => x << y,
-                        BinaryOp::Shl => 0,
-                        BinaryOp::Shr if (0..bits).contains(&y) => x >> y,
-                        BinaryOp::Shr => x >> (bits - 1),
+                        BinaryOp::Shl => passes::shift(true, x, y, dtype),
+                        BinaryOp::Shr => passes::shift(false, x, y, dtype),
                     })
                     .collect();
                 wrap_all(&mut out, dtype);
@@ -736,7 +735,8 @@ impl Program<'_, '_> {
             let mut offset = block.base.offset;
             let mut inside = true;
             for (axis, &stride) in strides.iter().enumerate() {
-                let coord = block.offsets[axis] + ((linear / stride) % shape[axis]) as i64;
+                let coord =
+                    block.offsets[axis].wrapping_add(((linear / stride) % shape[axis]) as i64);
                 if boundary_check.contains(&axis) && !(0..block.shape[axis]).contains(&coord) {
                     inside = false;
                 }
