@@ -10,6 +10,7 @@ mod ops;
 mod semantic;
 
 pub use functions::{FnResult, FnType, MAX_CALL_DEPTH, MAX_CALLS};
+pub use semantic::MAX_TILE_ELEMENTS;
 
 use crate::error::{Error, Loc, Result};
 use crate::ir::{Constant, Inst, Kernel, Op, Region, Value, ValueInfo};
