@@ -123,12 +123,22 @@ pub struct AttentionReference {
 /// each weight's terms, so that a row whose weights are all tiny is judged against what rounding
 /// them can do.
 fn weight_floor(dtype: DType) -> f64 {
-    let (unit, subnormal) = match dtype {
-        DType::F16 => (2f64.powi(-11), 2f64.powi(-24)),
-        DType::BF16 => (2f64.powi(-8), 2f64.powi(-133)),
-        _ => (2f64.powi(-24), 2f64.powi(-149)),
+    let subnormal = match dtype {
+        DType::F16 => 2f64.powi(-24),
+        DType::BF16 => 2f64.powi(-133),
+        _ => 2f64.powi(-149),
     };
-    (subnormal / 2.0).max(2f64.powi(-126)) / unit
+    (subnormal / 2.0).max(2f64.powi(-126)) / unit_roundoff(dtype)
+}
+
+/// The relative error of rounding to `dtype` (f16 2^-11, bf16 2^-8, f32 2^-24): the unit the
+/// checks' bars are counted in.
+pub fn unit_roundoff(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => 2f64.powi(-24),
+    }
 }
 
 /// Attention forward and backward in f64 from dense, already-rounded inputs (`d_o` like `q`).

@@ -129,36 +129,30 @@ impl Context {
             .map_err(|e| RuntimeError::driver("making the context current", e))?;
         // Popped on every way out of `f`, a panic too (one caught at the C interface must not
         // leave the caller's thread in kiln's context).
-        let pushed = Pushed { popped: false };
+        let pushed = Pushed;
         let out = f();
-        let pop = pushed.pop();
+        std::mem::forget(pushed);
+        let pop = pop_current();
         let out = out?;
         pop.map_err(|e| RuntimeError::driver("restoring the current context", e))?;
         Ok(out)
     }
 }
 
-/// A context [`Context::with_current`] pushed: popped by [`Pushed::pop`], or when dropped.
-struct Pushed {
-    popped: bool,
+/// Pops the context [`Context::with_current`] pushed.
+fn pop_current() -> std::result::Result<(), cudarc::driver::DriverError> {
+    let mut popped: sys::CUcontext = ptr::null_mut();
+    // Safety: `with_current` pushed a context; `popped` is an out-pointer.
+    unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()
 }
 
-impl Pushed {
-    fn pop(mut self) -> std::result::Result<(), cudarc::driver::DriverError> {
-        self.popped = true;
-        let mut popped: sys::CUcontext = ptr::null_mut();
-        // Safety: pops exactly the context `with_current` pushed.
-        unsafe { sys::cuCtxPopCurrent_v2(&mut popped) }.result()
-    }
-}
+/// A context [`Context::with_current`] pushed, popped if `f` unwinds (where a failure to pop
+/// has nowhere to go).
+struct Pushed;
 
 impl Drop for Pushed {
     fn drop(&mut self) {
-        if !self.popped {
-            let mut popped: sys::CUcontext = ptr::null_mut();
-            // Safety: as in `pop`; unwinding, so a failure has nowhere to go.
-            let _ = unsafe { sys::cuCtxPopCurrent_v2(&mut popped) };
-        }
+        let _ = pop_current();
     }
 }
 

@@ -8,7 +8,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::RuntimeError;
 use crate::context::{Context, RawStream};
-use crate::error::driver_message;
+use crate::error::{c_text, driver_message};
 use crate::launch::ParamType;
 use crate::tensor_map::specs_in_ptx;
 use kiln_dsl::TensorMapSpec;
@@ -67,13 +67,7 @@ impl Device {
 
     /// Loads a module from PTX text; a PTX the driver refuses comes back with its JIT log.
     pub fn load_module(&self, name: &str, ptx: &str) -> Result<Module> {
-        // The driver takes NUL-terminated text (cudarc would panic on an inner NUL).
-        if ptx.contains('\0') {
-            return Err(RuntimeError::Driver {
-                action: format!("loading module `{name}`"),
-                message: "the PTX holds a NUL byte".to_string(),
-            });
-        }
+        c_text(ptx, "the PTX", || format!("loading module `{name}`"))?;
         let module = self.context.load_module(Ptx::from_src(ptx)).map_err(|e| {
             let mut message = driver_message(e);
             if let Some(log) = jit_error_log(ptx) {
@@ -242,12 +236,9 @@ pub struct Module {
 impl Module {
     /// The kernel `name` of this module, which takes parameters as `params` says.
     pub fn function(&self, name: &str, params: Vec<ParamType>) -> Result<Function> {
-        if name.contains('\0') {
-            return Err(RuntimeError::Driver {
-                action: format!("finding kernel `{name}` in module `{}`", self.name),
-                message: "the entry name holds a NUL byte".to_string(),
-            });
-        }
+        c_text(name, "the entry name", || {
+            format!("finding kernel `{name}` in module `{}`", self.name)
+        })?;
         let function = self.module.load_function(name).map_err(|e| {
             RuntimeError::driver(
                 format!("finding kernel `{name}` in module `{}`", self.name),

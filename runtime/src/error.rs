@@ -37,6 +37,19 @@ impl RuntimeError {
     }
 }
 
+/// `text` as the driver takes it, NUL-terminated; an inner NUL byte (on which cudarc would
+/// panic) is an error of `action` naming `what`.
+pub(crate) fn c_text(
+    text: &str,
+    what: &str,
+    action: impl FnOnce() -> String,
+) -> Result<std::ffi::CString, RuntimeError> {
+    std::ffi::CString::new(text).map_err(|_| RuntimeError::Driver {
+        action: action(),
+        message: format!("{what} holds a NUL byte"),
+    })
+}
+
 /// The driver's words for an error, with its code: "invalid argument (CUDA_ERROR_INVALID_VALUE)".
 pub(crate) fn driver_message(error: DriverError) -> String {
     match error.error_string() {

@@ -4,7 +4,7 @@
 //! (context, module) pair loads once per process and every later launch finds it here.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_void};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{result, sys};
@@ -12,7 +12,7 @@ use kiln_dsl::{DType, TensorMapSpec};
 
 use crate::context::{Context, RawStream, programmatic_launches};
 use crate::device::{jit_error_log, jit_load, performance_warnings};
-use crate::error::driver_message;
+use crate::error::{c_text, driver_message};
 use crate::tensor_map::{TensorMap, encode_all, specs_in_ptx};
 use crate::{ParamType, RuntimeError};
 
@@ -125,13 +125,13 @@ impl ModuleCache {
 
 fn load(context: Context, source: ModuleSource<'_>) -> Result<LoadedKernel> {
     let action = |what: &str| format!("{what} module `{}`", source.name);
-    let nul = || RuntimeError::Driver {
-        action: action("loading"),
-        message: "the PTX holds a NUL byte".to_string(),
-    };
-    let ptx = CString::new(source.ptx).map_err(|_| nul())?;
+    let ptx = c_text(source.ptx, "the PTX", || action("loading"))?;
     let (module, warnings) = if source.report {
-        let load = jit_load(source.ptx, true).ok_or_else(nul)?;
+        // `jit_load` refuses only text with a NUL byte, which `c_text` has refused.
+        let load = jit_load(source.ptx, true).ok_or_else(|| RuntimeError::Driver {
+            action: action("loading"),
+            message: "the PTX holds a NUL byte".to_string(),
+        })?;
         let module = load.module.ok_or_else(|| RuntimeError::Driver {
             action: action("loading"),
             message: format!("the driver refused the PTX; jit log:\n{}", load.error),
@@ -170,9 +170,8 @@ fn ready(
     warnings: Vec<String>,
 ) -> Result<LoadedKernel> {
     let action = |what: &str| format!("{what} module `{}`", source.name);
-    let entry = CString::new(source.entry).map_err(|_| RuntimeError::Driver {
-        action: action("finding the entry of"),
-        message: "the entry name holds a NUL byte".to_string(),
+    let entry = c_text(source.entry, "the entry name", || {
+        action("finding the entry of")
     })?;
     // Safety: `module` was just loaded and is unloaded only if this fails.
     let function = unsafe { result::module::get_function(module, entry) }.map_err(|e| {

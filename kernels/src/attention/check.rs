@@ -46,8 +46,7 @@ pub struct Tolerance {
 impl Tolerance {
     pub fn for_dtype(dtype: DType) -> Tolerance {
         let u = match dtype {
-            DType::F16 => 2f64.powi(-11),
-            DType::BF16 => 2f64.powi(-8),
+            DType::F16 | DType::BF16 => reference::unit_roundoff(dtype),
             _ => {
                 return Tolerance {
                     o: 5e-6,

@@ -84,8 +84,9 @@
 //! 256, D64 16 x 128, D128 16 x 64, 3 stages; D256 16 x 64, 2; hand-chosen from six measured
 //! variants, docs/PERF.md, thirty-second session); unsplit (a batch of steps that fills it),
 //! the same but at D32, 16 x 32 of 2 warps on 2 stages (`kiln tune --decode`: 1.25x on sm_90a,
-//! thirty-third session; 1.23x for the sm_80 PTX on an H200, thirty-seventh). A split forward of more rows runs the medium range's forward. Its
-//! combine takes one query row a program, 16 splits a tile.
+//! thirty-third session; 1.23x for the sm_80 PTX on an H200, thirty-seventh). A split forward
+//! of more rows runs the medium range's forward. Its combine takes one query row a program, 16
+//! splits a tile.
 
 use kiln_dsl::Target;
 
